@@ -1,0 +1,28 @@
+"""fiberlite: ``multiprocessing`` where every process is a job on a backend
+(local processes, Docker containers, Kubernetes pods).
+
+``import fiberlite as mp`` and use it as ``multiprocessing``; see
+``fiberlite.get_context(backend)`` and ``fiberlite.init(**settings)``.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .config import init
+from .context import BaseContext, default_context
+from .errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
+from .meta import meta
+from .process import Process
+
+_context_names = [
+    "current_process", "parent_process", "active_children", "cpu_count", "freeze_support",
+    "set_executable", "set_forkserver_preload", "allow_connection_pickling", "get_logger",
+    "log_to_stderr", "get_context", "get_start_method", "get_all_start_methods",
+    "set_start_method", "Pipe", "Queue", "JoinableQueue", "SimpleQueue", "Lock", "RLock",
+    "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier", "Value", "Array",
+    "RawValue", "RawArray", "Pool", "Manager", "Ring",
+]
+globals().update((name, getattr(default_context, name)) for name in _context_names)
+
+__all__ = ["Process", "meta", "init", "BaseContext", "ProcessError", "TimeoutError",
+           "AuthenticationError", "BufferTooShort", *_context_names]

@@ -1,0 +1,51 @@
+"""Backends by name: the built-in ones and any registered under the
+``fiberlite.backends`` entry-point group by another package."""
+from __future__ import annotations
+
+import importlib
+import threading
+from importlib import metadata
+
+from ..errors import ConfigError
+from .base import Backend, Job, JobSpec, JobState
+
+__all__ = ["Backend", "Job", "JobSpec", "JobState", "get_backend", "known_backends"]
+
+_BUILTIN = {
+    "local": "fiberlite.backends.local:LocalBackend",
+    "docker": "fiberlite.backends.docker:DockerBackend",
+    "kubernetes": "fiberlite.backends.kubernetes:KubernetesBackend",
+}
+_instances: dict[str, Backend] = {}
+_lock = threading.Lock()
+
+
+def _entry_points() -> dict[str, str]:
+    try:
+        eps = metadata.entry_points(group="fiberlite.backends")
+    except Exception:
+        return {}
+    return {ep.name: ep.value for ep in eps}
+
+
+def known_backends() -> dict[str, str]:
+    """Backend names and the ``module:Class`` that implements each."""
+    found = _entry_points()
+    found.update(_BUILTIN)
+    return found
+
+
+def get_backend(name: str) -> Backend:
+    """The (shared) backend instance for ``name``."""
+    backend = _instances.get(name)
+    if backend is not None:
+        return backend
+    with _lock:
+        if name not in _instances:
+            target = known_backends().get(name)
+            if target is None:
+                raise ConfigError(f"unknown backend {name!r}; available: {', '.join(sorted(known_backends()))}")
+            module_name, _, class_name = target.partition(":")
+            cls = getattr(importlib.import_module(module_name), class_name)
+            _instances[name] = cls()
+        return _instances[name]

@@ -1,0 +1,87 @@
+"""The backend seam: what every place that can run a job must provide."""
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobSpec:
+    """Everything a backend needs to start one job.
+
+    ``command[0] == "python"`` means the job's own Python interpreter (the parent's
+    ``sys.executable`` locally, the image's ``python`` in a container).
+    """
+
+    command: list[str]
+    name: str = "fiberlite-job"
+    image: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    secret_env: dict[str, str] = field(default_factory=dict)
+    cpu: float | None = None
+    memory: int | None = None  # bytes
+    gpu: int | None = None
+    volumes: dict[str, str] = field(default_factory=dict)  # source -> path inside the job
+    labels: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+
+class JobState(enum.Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    EXITED = "exited"
+
+
+@dataclass
+class Job:
+    """A backend's handle on one job."""
+
+    backend: "Backend"
+    id: str
+    spec: JobSpec
+    pid: int | None = None
+    handle: Any = None  # backend-specific
+    exitcode: int | None = None
+
+
+class Backend(abc.ABC):
+    """Creates jobs and reports on them. Exit codes follow ``multiprocessing``:
+    0 for success, the process's code otherwise, ``-N`` when killed by signal N."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def create_job(self, spec: JobSpec) -> Job:
+        """Start a job; raise :class:`~fiberlite.errors.BackendError` with a fix when it cannot."""
+
+    @abc.abstractmethod
+    def status(self, job: Job) -> JobState:
+        """The job's state now."""
+
+    @abc.abstractmethod
+    def wait(self, job: Job, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds (forever if None); the exit code, or None if still running."""
+
+    @abc.abstractmethod
+    def terminate(self, job: Job, force: bool = False) -> None:
+        """Ask the job to stop (SIGTERM), or kill it (SIGKILL) when ``force``."""
+
+    @abc.abstractmethod
+    def logs(self, job: Job) -> str:
+        """What the job printed, as far as the backend keeps it."""
+
+    @abc.abstractmethod
+    def listen_host(self) -> str:
+        """The address at which jobs of this backend can reach the current process."""
+
+    def sentinel(self, job: Job) -> int | None:
+        """A file descriptor that becomes readable when the job ends, if the backend has one."""
+        return None
+
+    def cleanup(self, job: Job) -> None:
+        """Release what the backend keeps for a finished job (container, pod...)."""
+
+    def close(self) -> None:
+        """Release the backend's own resources."""

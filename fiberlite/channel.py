@@ -1,0 +1,135 @@
+"""A FIFO of payloads with blocked getters and putters: the state behind Queue and Pipe.
+
+A :class:`Channel` lives in the hub of the process that created it. Its methods run
+under the owning servant's lock and never block: a request that has to wait is kept
+and answered later, and the answers are returned as *actions* that the servant runs
+after releasing its lock (sending a reply may take time).
+"""
+from __future__ import annotations
+
+import collections
+import queue
+from typing import Any, Callable
+
+Action = Callable[[], None]
+
+
+class Waiter:
+    """A request waiting in a channel, with its optional deadline timer."""
+
+    __slots__ = ("request", "payload", "peek", "timer", "done")
+
+    def __init__(self, request: Any, payload: Any = None, peek: bool = False) -> None:
+        self.request = request
+        self.payload = payload
+        self.peek = peek
+        self.timer = None
+        self.done = False
+
+    def finish(self) -> None:
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class Channel:
+    """FIFO with optional bound; EOF once ``writers_gone`` is set and it is empty."""
+
+    def __init__(self, maxsize: int = 0) -> None:
+        self.items: collections.deque = collections.deque()
+        self.maxsize = maxsize
+        self.getters: collections.deque[Waiter] = collections.deque()
+        self.putters: collections.deque[Waiter] = collections.deque()
+        self.writers_gone = False
+        self.readers_gone = False
+        self.enqueued = 0  # items that ever entered the channel (JoinableQueue counts these)
+
+    def full(self) -> bool:
+        return 0 < self.maxsize <= len(self.items)
+
+    # each method returns the actions to run once the lock is released
+    def put(self, request: Any, payload: Any, block: bool, timeout: float | None,
+            schedule: Callable) -> list[Action]:
+        if self.readers_gone:
+            return [lambda: request.fail(BrokenPipeError(32, "the other end of the pipe is closed"))]
+        actions: list[Action] = []
+        if not self.full():
+            self.items.append(payload)
+            self.enqueued += 1
+            actions.append(request.reply)
+            self._serve_getters(actions)
+        elif not block or (timeout is not None and timeout <= 0):
+            actions.append(lambda: request.fail(queue.Full()))
+        else:
+            waiter = Waiter(request, payload)
+            self.putters.append(waiter)
+            if timeout is not None:
+                waiter.timer = schedule(timeout, waiter, self.putters, queue.Full)
+        return actions
+
+    def get(self, request: Any, block: bool, timeout: float | None, schedule: Callable,
+            peek: bool = False) -> list[Action]:
+        actions: list[Action] = []
+        if self.items or self.writers_gone:
+            self.getters.append(Waiter(request, peek=peek))
+            self._serve_getters(actions)
+            return actions
+        if not block or (timeout is not None and timeout <= 0):
+            actions.append((lambda: request.reply(False)) if peek else (lambda: request.fail(queue.Empty())))
+            return actions
+        waiter = Waiter(request, peek=peek)
+        self.getters.append(waiter)
+        if timeout is not None:
+            waiter.timer = schedule(timeout, waiter, self.getters, None if peek else queue.Empty)
+        return actions
+
+    def _serve_getters(self, actions: list[Action]) -> None:
+        while self.getters and (self.items or self.writers_gone):
+            waiter = self.getters.popleft()
+            if waiter.done:
+                continue
+            waiter.finish()
+            request = waiter.request
+            if waiter.peek:
+                actions.append(lambda r=request: r.reply(True))
+            elif self.items:
+                payload = self.items.popleft()
+                actions.append(lambda r=request, p=payload: r.reply(p))
+                self._admit_putter(actions)
+            else:
+                actions.append(lambda r=request: r.fail(EOFError()))
+
+    def _admit_putter(self, actions: list[Action]) -> None:
+        while self.putters and not self.full():
+            waiter = self.putters.popleft()
+            if waiter.done:
+                continue
+            waiter.finish()
+            self.items.append(waiter.payload)
+            self.enqueued += 1
+            actions.append(waiter.request.reply)
+
+    def close_writers(self) -> list[Action]:
+        """No writer is left: readers get what remains, then EOF."""
+        self.writers_gone = True
+        actions: list[Action] = []
+        self._serve_getters(actions)
+        return actions
+
+    def close_readers(self) -> list[Action]:
+        """No reader is left: blocked and later writers get BrokenPipeError."""
+        self.readers_gone = True
+        actions: list[Action] = []
+        while self.putters:
+            waiter = self.putters.popleft()
+            if not waiter.done:
+                waiter.finish()
+                actions.append(lambda r=waiter.request: r.fail(BrokenPipeError(32, "the other end of the pipe is closed")))
+        return actions
+
+    def drop_peer(self, peer: int) -> None:
+        """Forget the waiting requests of a peer whose connection ended."""
+        for waiters in (self.getters, self.putters):
+            for waiter in [w for w in waiters if w.request.peer == peer]:
+                waiter.finish()
+                waiters.remove(waiter)

@@ -1,0 +1,186 @@
+"""Settings: one name per setting, used in the config file, as ``FIBERLITE_<NAME>`` in
+the environment, and as a keyword in code.
+
+Precedence, lowest first: defaults < config file < environment < :func:`init` in code.
+The config file is ``$FIBERLITE_CONFIG`` if set, else ``.fiberlite.toml`` in the
+working directory (TOML, one top-level key per setting). Child jobs receive their
+parent's resolved settings, so a job sees the configuration of the script that made it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import ConfigError
+from .units import parse_count, parse_cpu, parse_memory
+
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected a non-empty string")
+    return value.strip()
+
+
+def _level(value: Any) -> str:
+    level = str(value).strip().upper()
+    if level not in _LEVELS:
+        raise ValueError(f"expected one of {', '.join(_LEVELS)}")
+    return level
+
+
+def _backend(value: Any) -> str:
+    from .backends import known_backends
+    name = _text(value).lower()
+    if name not in known_backends():
+        raise ValueError(f"unknown backend; available: {', '.join(sorted(known_backends()))}")
+    return name
+
+
+def _seconds(value: Any) -> float:
+    seconds = float(value)
+    if seconds <= 0:
+        raise ValueError("expected a positive number of seconds")
+    return seconds
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in (
+    Setting("backend", "local", _backend, "where jobs run: local, docker, kubernetes (or a plugin)"),
+    Setting("image", None, _text, "container image for jobs (default: the parent's own image)"),
+    Setting("docker_network", "host", _text, "Docker network for job containers: host or a network name"),
+    Setting("namespace", None, _text, "Kubernetes namespace (default: the pod's own, else 'default')"),
+    Setting("kubeconfig", None, _text, "kubeconfig file when running outside a cluster"),
+    Setting("log_level", "WARNING", _level, "logging level of fiberlite's logger"),
+    Setting("listen_host", None, _text, "address other jobs use to reach this process (default: from the backend)"),
+    Setting("working_dir", None, _text, "directory mounted into job containers at the same path (default: cwd)"),
+    Setting("cpu", None, parse_cpu, "CPUs requested per job unless @meta says otherwise"),
+    Setting("memory", None, parse_memory, "memory per job (e.g. 512Mi, 8Gi) unless @meta says otherwise"),
+    Setting("gpu", None, parse_count, "GPUs per job unless @meta says otherwise"),
+    Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
+    Setting("mount_working_dir", True, _flag, "mount working_dir into job containers"),
+)}
+
+# settings that describe one job and are not handed down to its children
+_PER_JOB = ("listen_host",)
+
+_lock = threading.Lock()
+_overrides: dict[str, Any] = {}
+_inherited: dict[str, Any] | None = None
+_resolved: dict[str, Any] | None = None
+
+
+def _check(name: str, value: Any, source: str) -> Any:
+    setting = SETTINGS.get(name)
+    if setting is None:
+        raise ConfigError(f"unknown setting {name!r} ({source}); known settings: {', '.join(SETTINGS)}")
+    if value is None:
+        return None
+    try:
+        return setting.parse(value)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid value {value!r} for setting {name!r} ({source}): {exc}") from None
+
+
+def config_file() -> str | None:
+    path = os.environ.get("FIBERLITE_CONFIG")
+    if path:
+        if not os.path.isfile(path):
+            raise ConfigError(f"FIBERLITE_CONFIG points to {path!r}, which is not a file")
+        return path
+    return ".fiberlite.toml" if os.path.isfile(".fiberlite.toml") else None
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return {k: _check(k, v, f"config file {path}") for k, v in data.items()}
+
+
+def _resolve() -> dict[str, Any]:
+    values = {name: s.default for name, s in SETTINGS.items()}
+    if _inherited is not None:
+        values.update(_inherited)
+    else:
+        path = config_file()
+        if path:
+            values.update(_read_file(path))
+    for name in SETTINGS:
+        env = os.environ.get("FIBERLITE_" + name.upper())
+        if env is not None and env != "":
+            values[name] = _check(name, env, f"environment variable FIBERLITE_{name.upper()}")
+    values.update(_overrides)
+    return values
+
+
+def settings() -> dict[str, Any]:
+    """The resolved settings of this process (a copy)."""
+    global _resolved
+    with _lock:
+        if _resolved is None:
+            _resolved = _resolve()
+            logging.getLogger("fiberlite").setLevel(_resolved["log_level"])
+        return dict(_resolved)
+
+
+def get(name: str) -> Any:
+    if name not in SETTINGS:
+        raise ConfigError(f"unknown setting {name!r}; known settings: {', '.join(SETTINGS)}")
+    return settings()[name]
+
+
+def init(**kwargs: Any) -> dict[str, Any]:
+    """Set settings in code (highest precedence); returns the resolved settings."""
+    global _resolved
+    checked = {k: _check(k, v, "argument to fiberlite.init") for k, v in kwargs.items()}
+    with _lock:
+        _overrides.update(checked)
+        _resolved = None
+    return settings()
+
+
+def adopt(values: dict[str, Any]) -> None:
+    """Take the resolved settings a parent job handed down (child side)."""
+    global _inherited, _resolved
+    with _lock:
+        _inherited = {k: v for k, v in values.items() if k in SETTINGS and k not in _PER_JOB}
+        _overrides.clear()
+        _resolved = None
+
+
+def listen_host() -> str:
+    """The address other jobs use to reach this process."""
+    host = get("listen_host")
+    if host:
+        return host
+    from .backends import get_backend
+    return get_backend(get("backend")).listen_host()

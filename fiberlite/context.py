@@ -1,0 +1,187 @@
+"""Contexts: the ``multiprocessing`` namespace bound to one backend.
+
+``fiberlite.get_context("docker")`` returns a context whose ``Process``, ``Pool``,
+``Manager`` and ``Ring`` start their jobs on Docker; the module-level names of
+``fiberlite`` belong to the default context, which uses the configured backend.
+Start methods of ``multiprocessing`` (``spawn``, ``fork``, ``forkserver``) are
+accepted and all mean the same here: a fresh job that receives the pickled target.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import config, errors, process
+from .backends import known_backends
+
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
+class BaseContext:
+    """The factories of ``multiprocessing``, starting jobs on ``backend``."""
+
+    ProcessError = errors.ProcessError
+    BufferTooShort = errors.BufferTooShort
+    TimeoutError = errors.TimeoutError
+    AuthenticationError = errors.AuthenticationError
+
+    def __init__(self, backend: str | None = None) -> None:
+        self._backend = backend
+        if backend is None:
+            self.Process = process.Process
+        else:
+            self.Process = type("Process", (process.Process,), {
+                "_backend_name": backend, "__module__": process.__name__,
+                "__qualname__": "Process", "__doc__": process.Process.__doc__})
+
+    def __repr__(self) -> str:
+        return f"<fiberlite context backend={self.backend!r}>"
+
+    @property
+    def backend(self) -> str:
+        return self._backend or config.get("backend")
+
+    # -- processes -----------------------------------------------------------------------
+    current_process = staticmethod(process.current_process)
+    parent_process = staticmethod(process.parent_process)
+    active_children = staticmethod(process.active_children)
+
+    def cpu_count(self) -> int:
+        """CPUs of this machine (as ``multiprocessing.cpu_count``)."""
+        count = os.cpu_count()
+        if count is None:
+            raise NotImplementedError("cannot determine number of cpus")
+        return count
+
+    def freeze_support(self) -> None:
+        """Accepted for compatibility; jobs never re-run the main script."""
+
+    def set_executable(self, executable: str) -> None:
+        """Accepted for compatibility; jobs run the Python of their image."""
+
+    def set_forkserver_preload(self, module_names: list[str]) -> None:
+        """Accepted for compatibility."""
+
+    def allow_connection_pickling(self) -> None:
+        """Connections always pickle; nothing to do."""
+
+    def get_logger(self):
+        import logging
+        return logging.getLogger("fiberlite")
+
+    def log_to_stderr(self, level: int | None = None):
+        import logging
+        logger = self.get_logger()
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(levelname)s/%(processName)s] %(message)s"))
+        logger.addHandler(handler)
+        if level:
+            logger.setLevel(level)
+        return logger
+
+    # -- start methods and contexts -----------------------------------------------------------
+    def get_context(self, method: str | None = None) -> "BaseContext":
+        """The context for a backend name; start method names give this context."""
+        if method is None or method in START_METHODS:
+            return self
+        if method not in known_backends():
+            raise ValueError(f"cannot find context for {method!r}: use a backend "
+                             f"({', '.join(sorted(known_backends()))}) or a start method "
+                             f"({', '.join(START_METHODS)})")
+        return BaseContext(method)
+
+    def get_start_method(self, allow_none: bool = False) -> str:
+        return "spawn"
+
+    def get_all_start_methods(self) -> list[str]:
+        return ["spawn"]
+
+    def set_start_method(self, method: str | None, force: bool = False) -> None:
+        """Start methods are accepted (all behave as spawn); a backend name selects that backend."""
+        if method is None or method in START_METHODS:
+            return
+        if method not in known_backends():
+            raise ValueError(f"cannot find context for {method!r}")
+        config.init(backend=method)
+
+    # -- communication ----------------------------------------------------------------------
+    def Pipe(self, duplex: bool = True):
+        from .connection import Pipe
+        return Pipe(duplex)
+
+    def Queue(self, maxsize: int = 0):
+        from .queues import Queue
+        return Queue(maxsize, ctx=self)
+
+    def JoinableQueue(self, maxsize: int = 0):
+        from .queues import JoinableQueue
+        return JoinableQueue(maxsize, ctx=self)
+
+    def SimpleQueue(self):
+        from .queues import SimpleQueue
+        return SimpleQueue(ctx=self)
+
+    # -- synchronization and shared memory ------------------------------------------------------
+    def Lock(self):
+        from .synchronize import Lock
+        return Lock(ctx=self)
+
+    def RLock(self):
+        from .synchronize import RLock
+        return RLock(ctx=self)
+
+    def Condition(self, lock: Any = None):
+        from .synchronize import Condition
+        return Condition(lock, ctx=self)
+
+    def Semaphore(self, value: int = 1):
+        from .synchronize import Semaphore
+        return Semaphore(value, ctx=self)
+
+    def BoundedSemaphore(self, value: int = 1):
+        from .synchronize import BoundedSemaphore
+        return BoundedSemaphore(value, ctx=self)
+
+    def Event(self):
+        from .synchronize import Event
+        return Event(ctx=self)
+
+    def Barrier(self, parties: int, action: Any = None, timeout: float | None = None):
+        from .synchronize import Barrier
+        return Barrier(parties, action, timeout, ctx=self)
+
+    def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True):
+        from .sharedctypes import Value
+        return Value(typecode_or_type, *args, lock=lock, ctx=self)
+
+    def Array(self, typecode_or_type: Any, size_or_initializer: Any, *, lock: Any = True):
+        from .sharedctypes import Array
+        return Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
+
+    def RawValue(self, typecode_or_type: Any, *args: Any):
+        from .sharedctypes import RawValue
+        return RawValue(typecode_or_type, *args)
+
+    def RawArray(self, typecode_or_type: Any, size_or_initializer: Any):
+        from .sharedctypes import RawArray
+        return RawArray(typecode_or_type, size_or_initializer)
+
+    # -- jobs in numbers --------------------------------------------------------------------
+    def Pool(self, processes: int | None = None, initializer: Any = None, initargs: tuple = (),
+             maxtasksperchild: int | None = None):
+        from .pool import Pool
+        return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
+
+    def Manager(self):
+        from .managers import SyncManager
+        manager = SyncManager(ctx=self)
+        manager.start()
+        return manager
+
+    def Ring(self, processes: int, target: Any, args: tuple = (), kwargs: dict | None = None,
+             initializer: Any = None, **options: Any):
+        from .ring import Ring
+        return Ring(processes, target, args, kwargs, initializer, context=self, **options)
+
+
+default_context = BaseContext()

@@ -1,0 +1,262 @@
+"""The hub: this process's server for the shared objects it created.
+
+Every Queue, Pipe, job channel (and later Pool, Manager) created in a process is a
+*servant* registered in that process's hub. Other jobs reach it through an
+:class:`ObjectRef` (address + object id) over an authenticated connection; the
+owning process calls the servant directly, without a socket.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from . import runtime
+from .scheduler import Scheduler
+from .wire.client import Client
+from .wire.server import Request, Server
+
+log = logging.getLogger(__name__)
+
+LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
+
+
+class Servant:
+    """An object served by a hub; ``op_<method>(request, *args)`` answers requests.
+
+    Handlers run on the hub's thread (remote calls) or the caller's (local calls):
+    they must never block; to wait, keep the request and answer it later.
+    """
+
+    def dispatch(self, request: Any, method: str, args: tuple) -> None:
+        handler = getattr(self, "op_" + method, None)
+        if handler is None:
+            request.fail(AttributeError(f"{type(self).__name__} has no operation {method!r}"))
+            return
+        handler(request, *args)
+
+    def peer_lost(self, peer: int) -> None:
+        """The connection of ``peer`` ended: forget what it held or waited for."""
+
+
+class LocalRequest:
+    """A request made by the hub's own process; the caller waits on it."""
+
+    __slots__ = ("_done", "_result")
+    peer = LOCAL_PEER
+
+    def __init__(self) -> None:
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._result: tuple = (False, None)
+
+    def reply(self, value: Any = None) -> None:
+        self._result = (True, value)
+        self._done.release()
+
+    def fail(self, exc: BaseException) -> None:
+        self._result = (False, exc)
+        self._done.release()
+
+    def wait(self) -> Any:
+        self._done.acquire()
+        ok, value = self._result
+        if ok:
+            return value
+        raise value
+
+
+class Hub:
+    """The per-process server and registry of servants."""
+
+    def __init__(self, host: str) -> None:
+        self.scheduler = Scheduler()
+        self._objects: dict[int, Servant] = {}
+        self._next_id = 1
+        self._lock = threading.Lock()
+        self.server = Server(runtime.key(), host, self._handle, self._peer_lost,
+                             self.scheduler.call_soon)
+        self.address = self.server.address
+
+    def register(self, servant: Servant) -> "ObjectRef":
+        with self._lock:
+            oid = self._next_id
+            self._next_id += 1
+            self._objects[oid] = servant
+        return ObjectRef(self.address, oid)
+
+    def unregister(self, oid: int) -> None:
+        with self._lock:
+            self._objects.pop(oid, None)
+
+    def servant(self, oid: int) -> Servant | None:
+        return self._objects.get(oid)
+
+    def _handle(self, request: Request, message: Any) -> None:
+        oid, method, args = message
+        servant = self._objects.get(oid)
+        if servant is None:
+            request.fail(ReferenceError(f"object {oid} no longer exists in {self.address}"))
+            return
+        try:
+            servant.dispatch(request, method, args)
+        except Exception as exc:
+            request.fail(exc)
+
+    def call_local(self, oid: int, method: str, args: tuple) -> Any:
+        servant = self._objects.get(oid)
+        if servant is None:
+            raise ReferenceError(f"object {oid} no longer exists in this process")
+        request = LocalRequest()
+        try:
+            servant.dispatch(request, method, args)
+        except Exception as exc:
+            raise exc
+        return request.wait()
+
+    def _peer_lost(self, peer: int) -> None:
+        for servant in list(self._objects.values()):
+            try:
+                servant.peer_lost(peer)
+            except Exception:
+                log.exception("peer_lost failed in %r", servant)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+_clients: dict[str, Client] = {}
+_clients_lock = threading.Lock()
+
+
+def get_hub() -> Hub:
+    """This process's hub, started on first use on the backend's listen address."""
+    global _hub
+    hub = _hub
+    if hub is None:
+        with _hub_lock:
+            if _hub is None:
+                from .config import listen_host
+                _hub = Hub(listen_host())
+            hub = _hub
+    return hub
+
+
+def current_hub() -> Hub | None:
+    return _hub
+
+
+def connect(address: str) -> Client:
+    """The shared authenticated connection from this process to ``address``."""
+    client = _clients.get(address)
+    if client is not None and client.alive:
+        return client
+    with _clients_lock:
+        client = _clients.get(address)
+        if client is None or not client.alive:
+            client = Client(address, runtime.key())
+            _clients[address] = client
+            client.on_lost(lambda: _forget(address, client))
+    return client
+
+
+def flush() -> None:
+    """Wait until every one-way request this process sent has been handled."""
+    with _clients_lock:
+        clients = list(_clients.values())
+    for client in clients:
+        try:
+            client.flush()
+        except ConnectionError:
+            pass
+
+
+def shutdown() -> None:
+    """Close this process's connections and server (at exit, after children are joined)."""
+    global _hub
+    flush()
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+    hub, _hub = _hub, None
+    if hub is not None:
+        hub.close()
+
+
+def _forget(address: str, client: Client) -> None:
+    with _clients_lock:
+        if _clients.get(address) is client:
+            del _clients[address]
+
+
+class ObjectRef:
+    """A picklable reference to a servant: where it lives and its id there."""
+
+    __slots__ = ("address", "oid")
+
+    def __init__(self, address: str, oid: int) -> None:
+        self.address = address
+        self.oid = oid
+
+    def __reduce__(self):
+        return (ObjectRef, (self.address, self.oid))
+
+    def __repr__(self) -> str:
+        return f"<ObjectRef {self.oid}@{self.address}>"
+
+    @property
+    def is_local(self) -> bool:
+        hub = _hub
+        return hub is not None and hub.address == self.address
+
+    def cast(self, method: str, *args: Any) -> None:
+        """Like :meth:`call` for operations that never wait, without waiting for the reply."""
+        hub = _hub
+        if hub is not None and hub.address == self.address:
+            hub.call_local(self.oid, method, args)
+        else:
+            connect(self.address).cast((self.oid, method, args))
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run ``method`` on the servant and return its reply (or raise its error)."""
+        hub = _hub
+        if hub is not None and hub.address == self.address:
+            return hub.call_local(self.oid, method, args)
+        ok, value = connect(self.address).request((self.oid, method, args))
+        if ok:
+            return value
+        raise value
+
+
+class LockedServant(Servant):
+    """A servant whose operations run under one lock, replying after releasing it."""
+
+    def __init__(self) -> None:
+        import threading as _threading
+        self._lock = _threading.Lock()
+        self._scheduler = get_hub().scheduler
+
+    def run_actions(self, actions) -> None:
+        for action in actions:
+            action()
+
+    def schedule_expiry(self, timeout: float, waiter, waiters, error) -> Any:
+        """Answer ``waiter`` with ``error()`` (or False for a poll) after ``timeout`` seconds."""
+        def expire() -> None:
+            with self._lock:
+                if waiter.done:
+                    return
+                waiter.finish()
+                try:
+                    waiters.remove(waiter)
+                except ValueError:
+                    pass
+            if error is None:
+                waiter.request.reply(False)
+            else:
+                waiter.request.fail(error())
+        return self._scheduler.call_later(timeout, expire)

@@ -1,0 +1,191 @@
+"""Parent side of a job's life: pickle the Process, create the job, hand the Process
+over when the job dials back, and report its exit code.
+
+    parent                                       job (python -m fiberlite.bootstrap)
+    Launch: register JobChannel, create job  ->  dial hub, authenticate
+                                              <-  fetch
+    reply (preparation, pickled Process)     ->  prepare, run, report exit code
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any
+
+from . import config, runtime
+from .backends import JobSpec, get_backend
+from .hub import Servant, get_hub
+from .meta import requests_of
+from .wire.codec import Payload
+
+# "python" is the job's own interpreter: the local backend runs sys.executable, container
+# backends the image's python
+BOOTSTRAP = ["python", "-m", "fiberlite.bootstrap"]
+
+
+class JobChannel(Servant):
+    """The parent's end of one job: hands over the Process once, records its exit code."""
+
+    def __init__(self, preparation: Payload, process: Payload) -> None:
+        self._parts: tuple | None = (preparation, process)
+        self.peer: int | None = None
+        self.reported: int | None = None
+        self.connected = threading.Event()
+        self.lost = threading.Event()
+
+    def op_fetch(self, request) -> None:
+        if self._parts is None:
+            request.fail(RuntimeError("this job was already started"))
+            return
+        parts, self._parts = self._parts, None
+        self.peer = request.peer
+        self.connected.set()
+        request.reply(parts)
+
+    def op_exit(self, request, exitcode: int) -> None:
+        self.reported = exitcode
+        request.reply()
+
+    def peer_lost(self, peer: int) -> None:
+        if peer == self.peer:
+            self.lost.set()
+
+
+def describe_unpicklable(process: Any, exc: Exception) -> str:
+    """Name the part of a Process that cannot be pickled."""
+    import cloudpickle
+    parts = [("target", getattr(process, "_target", None))]
+    parts += [(f"argument {i}", a) for i, a in enumerate(getattr(process, "_args", ()))]
+    parts += [(f"keyword argument {k!r}", v) for k, v in getattr(process, "_kwargs", {}).items()]
+    for label, value in parts:
+        try:
+            cloudpickle.dumps(value)
+        except Exception:
+            return f"{label} {value!r:.200}"
+    return f"the Process object {process!r} (an attribute of your subclass?)"
+
+
+def pack_process(process: Any) -> Payload:
+    try:
+        return Payload.pack(process)
+    except Exception as exc:
+        culprit = describe_unpicklable(process, exc)
+        message = (f"cannot start {process.name}: {culprit} cannot be pickled ({exc}). "
+                   "The target, its arguments and the Process are sent to the new job; "
+                   "pass picklable objects, or create this one inside the target.")
+        try:
+            error = type(exc)(message)
+        except Exception:
+            error = TypeError(message)
+        raise error from exc
+
+
+def preparation(process: Any) -> dict[str, Any]:
+    """What the job needs before it can unpickle the Process."""
+    from .process import current_process
+    main = sys.modules.get("__main__")
+    return {
+        "sys_path": list(sys.path),
+        "cwd": os.getcwd(),
+        "settings": config.settings(),
+        "parent_name": current_process().name,
+        "parent_pid": os.getpid(),
+        "main_path": getattr(main, "__file__", None),
+        "run_id": runtime.run_id(),
+    }
+
+
+def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> JobSpec:
+    settings = config.settings()
+    target = getattr(process, "_target", None)
+    wants = requests_of(target, type(process))
+    run = runtime.run_id()
+    parent = os.environ.get("FIBERLITE_JOB_NAME", "master")
+    name = f"fl-{run}-{'-'.join(str(i) for i in process._identity)}"
+    return JobSpec(
+        command=list(BOOTSTRAP),
+        name=name,
+        image=wants.get("image") or settings.get("image"),
+        env={"FIBERLITE_HUB": hub_address, "FIBERLITE_JOB": str(oid),
+             "FIBERLITE_RUN_ID": run, "FIBERLITE_JOB_NAME": name,
+             "FIBERLITE_BACKEND": backend_name, "PYTHONUNBUFFERED": "1"},
+        secret_env=runtime.key_env(),
+        cpu=wants.get("cpu", settings.get("cpu")),
+        memory=wants.get("memory", settings.get("memory")),
+        gpu=wants.get("gpu", settings.get("gpu")),
+        labels={"fiberlite/run": run, "fiberlite/job": name, "fiberlite/parent": parent},
+        cwd=os.getcwd(),
+    )
+
+
+class Launch:
+    """A started job (``multiprocessing``'s ``Popen`` counterpart)."""
+
+    def __init__(self, process: Any) -> None:
+        backend_name = process._backend_name or config.get("backend")
+        self.backend = get_backend(backend_name)
+        hub = get_hub()
+        process_payload = pack_process(process)
+        self.channel = JobChannel(Payload.pack(preparation(process)), process_payload)
+        self.ref = hub.register(self.channel)
+        self.job = self.backend.create_job(job_spec(process, backend_name, hub.address, self.ref.oid))
+        self.pid = self.job.pid
+        self.returncode: int | None = None
+        self._sentinel: int | None = None
+        self._lock = threading.Lock()
+
+    def _finish(self, code: int) -> int:
+        with self._lock:
+            if self.returncode is None:
+                reported = self.channel.reported
+                self.returncode = reported if reported is not None and code >= 0 else code
+                get_hub().unregister(self.ref.oid)
+                try:
+                    self.backend.cleanup(self.job)
+                except Exception:
+                    pass
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        code = self.backend.wait(self.job, 0)
+        return None if code is None else self._finish(code)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        code = self.backend.wait(self.job, timeout)
+        return None if code is None else self._finish(code)
+
+    def terminate(self, force: bool) -> None:
+        if self.poll() is None:
+            self.backend.terminate(self.job, force=force)
+
+    def sentinel(self) -> int:
+        if self._sentinel is None:
+            fd = self.backend.sentinel(self.job)
+            if fd is None:
+                fd = self._watcher_fd()
+            self._sentinel = fd
+        return self._sentinel
+
+    def _watcher_fd(self) -> int:
+        """A pipe whose read end becomes readable (EOF) when the job ends."""
+        read_fd, write_fd = os.pipe()
+
+        def watch() -> None:
+            self.wait()
+            os.close(write_fd)
+
+        threading.Thread(target=watch, name="fiberlite-sentinel", daemon=True).start()
+        return read_fd
+
+    def close(self) -> None:
+        if self._sentinel is not None:
+            try:
+                os.close(self._sentinel)
+            except OSError:
+                pass
+            self._sentinel = None

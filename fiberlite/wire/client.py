@@ -1,0 +1,183 @@
+"""The dialing side of the wire: one authenticated REQ socket per remote address.
+
+Each call borrows a REQ context, sends its request and waits for the reply on the
+calling thread (no hand-off between threads). Automatic resend is disabled, so an
+idle connection never replays a request. When the connection drops, every waiting
+call fails with :class:`ConnectionLost` and the client is discarded.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Any, Callable
+
+import pynng
+
+from ..errors import AuthenticationError, ConnectionLost
+from . import auth, codec
+from .server import close_socket
+
+HANDSHAKE_TIMEOUT_MS = 10_000
+CAST_WINDOW = 256  # one-way requests in flight before the oldest replies are collected
+
+
+class Client:
+    """An authenticated connection to a :class:`~fiberlite.wire.server.Server`."""
+
+    def __init__(self, address: str, key: bytes, connect_timeout: float = 10.0) -> None:
+        self.address = address
+        self._idle: collections.deque[pynng.Context] = collections.deque()
+        self._lost_callbacks: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._casts: collections.deque[pynng.Context] = collections.deque()
+        self.alive = False
+        self._contexts: list[pynng.Context] = []
+        self._sock = pynng.Req0(recv_max_size=0, resend_time=-1)
+        self._sock.reconnect_time_min = 60_000
+        self._sock.reconnect_time_max = 60_000
+        self._sock.add_post_pipe_remove_cb(self._pipe_removed)
+        try:
+            self._dial(address, connect_timeout)
+            self._authenticate(key)
+        except BaseException:
+            close_socket(self._sock, self._contexts)
+            raise
+        self.alive = True
+
+    def _dial(self, address: str, timeout: float) -> None:
+        """Connect once: a refused connection means nothing listens there (any more)."""
+        try:
+            self._sock.dial(address, block=True)
+        except pynng.ConnectionRefused:
+            raise ConnectionRefusedError(
+                f"nothing listens at {address} (has the job that owns it exited?)") from None
+        except pynng.NNGException as exc:
+            raise ConnectionError(f"cannot connect to {address}: {exc}") from None
+
+    def _authenticate(self, key: bytes) -> None:
+        ctx = self._sock.new_context()
+        self._contexts.append(ctx)
+        ctx.recv_timeout = HANDSHAKE_TIMEOUT_MS
+        try:
+            nonce = auth.new_nonce()
+            ctx.send(auth.hello(nonce))
+            server_nonce = auth.check_challenge(key, ctx.recv(), nonce)
+            if server_nonce is None:
+                raise AuthenticationError(f"{self.address} did not prove it holds the run's key")
+            ctx.send(auth.proof(key, nonce, server_nonce))
+            if ctx.recv() != auth.WELCOME:
+                raise AuthenticationError(f"{self.address} rejected this process's key")
+        except (pynng.Timeout, pynng.Closed):
+            raise AuthenticationError(
+                f"{self.address} refused the handshake: this process does not hold the run's key") from None
+        finally:
+            self._discard(ctx)
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once when the connection drops (immediately if it has)."""
+        with self._lock:
+            if self.alive:
+                self._lost_callbacks.append(callback)
+                return
+        callback()
+
+    def _pipe_removed(self, pipe) -> None:
+        with self._lock:
+            if not self.alive:
+                return
+            self.alive = False
+            callbacks, self._lost_callbacks = self._lost_callbacks, []
+        # Closing the socket wakes every waiting call; not allowed inside nng's callback.
+        threading.Thread(target=self._after_loss, args=(callbacks,), daemon=True).start()
+
+    def _discard(self, ctx: pynng.Context) -> None:
+        if ctx in self._contexts:
+            self._contexts.remove(ctx)
+        try:
+            ctx.close()
+        except pynng.NNGException:
+            ctx._context = None
+
+    def _after_loss(self, callbacks) -> None:
+        close_socket(self._sock, self._contexts)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                pass
+
+    def _context(self) -> pynng.Context:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            try:
+                ctx = self._sock.new_context()
+            except pynng.Closed:
+                raise ConnectionLost(f"connection to {self.address} is closed") from None
+            self._contexts.append(ctx)
+            return ctx
+
+    def _send(self, ctx: pynng.Context, message: Any) -> None:
+        frame = codec.encode(message)
+        try:
+            if isinstance(frame, pynng.Message):
+                ctx.send_msg(frame)
+            else:
+                ctx.send(frame)
+        except pynng.Closed:
+            raise ConnectionLost(f"connection to {self.address} was lost") from None
+
+    def _receive(self, ctx: pynng.Context) -> Any:
+        try:
+            msg = ctx.recv_msg()
+        except pynng.Closed:
+            raise ConnectionLost(f"connection to {self.address} was lost") from None
+        except BaseException:
+            self._discard(ctx)  # an interrupted call leaves the context mid-request
+            raise
+        self._idle.append(ctx)
+        return codec.decode(codec.frame_from_message(msg))
+
+    def request(self, message: Any) -> Any:
+        """Send ``message`` and return the decoded reply ``(ok, value)``."""
+        ctx = self._context()
+        self._send(ctx, message)
+        return self._receive(ctx)
+
+    def cast(self, message: Any) -> None:
+        """Send ``message`` without waiting for its reply.
+
+        Replies are collected later (when too many are in flight, or by :meth:`flush`);
+        a failure reported by one of them is raised then. Requests on one connection
+        are handled in the order they were sent, so a later call sees this one's effect.
+        """
+        ctx = self._context()
+        self._send(ctx, message)
+        with self._lock:
+            self._casts.append(ctx)
+            excess = len(self._casts) > CAST_WINDOW
+        if excess:
+            self._collect(CAST_WINDOW // 2)
+
+    def flush(self) -> None:
+        """Wait until every one-way request sent so far has been handled."""
+        self._collect(0)
+
+    def _collect(self, keep: int) -> None:
+        error = None
+        while True:
+            with self._lock:
+                if len(self._casts) <= keep:
+                    break
+                ctx = self._casts.popleft()
+            ok, value = self._receive(ctx)
+            if not ok and error is None:
+                error = value
+        if error is not None:
+            raise error
+
+    def close(self) -> None:
+        with self._lock:
+            self.alive = False
+            self._lost_callbacks = []
+        close_socket(self._sock, self._contexts)

@@ -1,0 +1,138 @@
+"""Framing of pickled objects with pickle protocol 5 out-of-band buffers.
+
+A frame is ``u32 n`` + ``n`` x ``u64`` buffer lengths + the pickle + the buffers, so
+large ``bytes`` and numpy arrays travel without being copied into the pickle stream.
+Envelopes (protocol messages) use the C pickler; user objects are wrapped in a
+:class:`Payload`, pickled with cloudpickle by the sender and opaque to every hop
+in between.
+"""
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+import cloudpickle
+from pynng import Message
+from pynng._nng import ffi, lib
+
+_COUNT = struct.Struct("<I")
+_LENGTH = struct.Struct("<Q")
+PROTOCOL = 5
+OUT_OF_BAND_MIN = 64 * 1024  # smaller payloads are cheaper to copy into the pickle
+
+
+class Payload:
+    """A user object pickled once by its sender and unpickled only by its receiver."""
+
+    __slots__ = ("data", "buffers")
+
+    def __init__(self, data: Any, buffers: list | tuple = ()) -> None:
+        self.data = data
+        self.buffers = list(buffers)
+
+    @classmethod
+    def pack(cls, obj: Any) -> "Payload":
+        """Pickle ``obj`` (functions and classes of ``__main__`` by value)."""
+        buffers: list = []
+        data = cloudpickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
+        return cls(data, [b.raw() for b in buffers])
+
+    @classmethod
+    def raw(cls, data: bytes) -> "Payload":
+        """Bytes sent as they are (``send_bytes``): marked by a ``None`` buffer list."""
+        payload = cls(data)
+        payload.buffers = None  # type: ignore[assignment]
+        return payload
+
+    @property
+    def is_raw(self) -> bool:
+        return self.buffers is None
+
+    def unpack(self) -> Any:
+        if self.buffers is None:
+            return pickle.loads(self.data)
+        return pickle.loads(self.data, buffers=self.buffers)
+
+    def as_bytes(self) -> bytes:
+        """The message as one byte string (``recv_bytes`` on a pickled message)."""
+        if self.buffers is None:
+            return bytes(self.data)
+        if not self.buffers:
+            return bytes(self.data)
+        return pickle.dumps(self.unpack(), protocol=PROTOCOL)
+
+    def nbytes(self) -> int:
+        return len(self.data) + sum(memoryview(b).nbytes for b in self.buffers or ())
+
+    def __reduce__(self):
+        if self.nbytes() < OUT_OF_BAND_MIN:
+            if self.buffers is None:
+                return (_rebuild_raw, (bytes(self.data),))
+            return (_rebuild, (bytes(self.data), *[bytes(b) for b in self.buffers]))
+        if self.buffers is None:
+            return (_rebuild_raw, (pickle.PickleBuffer(self.data),))
+        return (_rebuild, (pickle.PickleBuffer(self.data),
+                           *[pickle.PickleBuffer(b) for b in self.buffers]))
+
+
+def _rebuild(data, *buffers) -> Payload:
+    return Payload(data, buffers)
+
+
+def _rebuild_raw(data) -> Payload:
+    return Payload.raw(data)
+
+
+def encode(obj: Any) -> bytes | Message:
+    """Frame ``obj``: bytes when it has no out-of-band buffers, else an nng message
+    assembled with a single copy of every buffer."""
+    buffers: list = []
+    main = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
+    if not buffers:
+        return _COUNT.pack(0) + main
+    views = [memoryview(b.raw()) for b in buffers]
+    head = _COUNT.pack(len(views)) + b"".join(_LENGTH.pack(v.nbytes) for v in views)
+    total = len(head) + len(main) + sum(v.nbytes for v in views)
+    msg_p = ffi.new("nng_msg **")
+    if lib.nng_msg_alloc(msg_p, total) != 0:
+        raise MemoryError(f"cannot allocate a message of {total} bytes")
+    body = ffi.cast("char *", lib.nng_msg_body(msg_p[0]))
+    offset = 0
+    for part in (head, main, *views):
+        n = len(part) if isinstance(part, bytes) else part.nbytes
+        ffi.memmove(body + offset, ffi.from_buffer(part), n)
+        offset += n
+    return Message(msg_p[0])
+
+
+def decode(frame) -> Any:
+    """Load a frame produced by :func:`encode` (``frame`` a bytes-like object;
+    out-of-band buffers are views into it)."""
+    view = memoryview(frame)
+    (count,) = _COUNT.unpack_from(view, 0)
+    if count == 0:
+        return pickle.loads(view[4:])
+    offset = 4 + 8 * count
+    lengths = [_LENGTH.unpack_from(view, 4 + 8 * i)[0] for i in range(count)]
+    main_len = len(view) - offset - sum(lengths)
+    if main_len < 0:
+        raise ValueError("truncated frame")
+    main = view[offset:offset + main_len]
+    offset += main_len
+    buffers = []
+    for n in lengths:
+        buffers.append(view[offset:offset + n])
+        offset += n
+    return pickle.loads(main, buffers=buffers)
+
+
+def frame_from_message(msg: Message):
+    """Copy a received message's body out of nng memory, writable when it carries
+    out-of-band buffers (so received numpy arrays are writable, as in multiprocessing)."""
+    buf = msg._buffer
+    if buf is None:
+        raise ValueError("message already consumed")
+    if len(buf) >= 4 and buf[0:4] != b"\x00\x00\x00\x00":
+        return bytearray(buf)
+    return buf[:]

@@ -1,0 +1,185 @@
+"""The listening side of the wire: an nng REP socket whose requests may be answered later.
+
+Each request is received on its own REP context, so a handler can keep the request
+(for example a blocked ``Queue.get``) and reply from any thread when it is ready.
+A pipe (connection) must complete :mod:`fiberlite.wire.auth` before any request from
+it is decoded; anything else from it closes the pipe.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Callable
+
+import pynng
+
+from . import auth, codec
+
+log = logging.getLogger(__name__)
+
+
+class Request:
+    """One request from a peer, to be answered exactly once with :meth:`reply` or :meth:`fail`."""
+
+    __slots__ = ("_server", "_ctx", "peer")
+
+    def __init__(self, server: "Server", ctx: pynng.Context, peer: int) -> None:
+        self._server = server
+        self._ctx = ctx
+        self.peer = peer
+
+    def reply(self, value: Any = None) -> None:
+        self._server._answer(self, (True, value))
+
+    def fail(self, exc: BaseException) -> None:
+        self._server._answer(self, (False, exc))
+
+
+class Server:
+    """Listen on ``tcp://host:port`` and hand authenticated requests to ``handler``.
+
+    ``handler(request, message)`` runs on the receiving thread and must not block;
+    ``on_peer_lost(peer)`` is called (via ``defer``) when a connection ends.
+    """
+
+    def __init__(self, key: bytes, host: str, handler: Callable[[Request, Any], None],
+                 on_peer_lost: Callable[[int], None], defer: Callable[[Callable[[], None]], None],
+                 port: int = 0) -> None:
+        self._key = key
+        self._handler = handler
+        self._on_peer_lost = on_peer_lost
+        self._defer = defer
+        self._idle: collections.deque[pynng.Context] = collections.deque()
+        self._handshakes: dict[int, bytes | tuple[bytes, bytes]] = {}
+        self._authenticated: set[int] = set()
+        self._closed = False
+        self._contexts: list[pynng.Context] = []
+        self._sock = pynng.Rep0(recv_max_size=0)
+        self._sock.add_post_pipe_remove_cb(self._pipe_removed)
+        bind_host = "0.0.0.0" if host not in ("127.0.0.1", "localhost", "::1") else host
+        self._sock.listen(f"tcp://{bind_host}:{port}")
+        bound = str(self._sock.listeners[0].local_address)
+        self.port = int(bound.rsplit(":", 1)[1])
+        self.address = f"tcp://{host}:{self.port}"
+        self._thread = threading.Thread(target=self._serve, name="fiberlite-server", daemon=True)
+        self._thread.start()
+
+    # -- receiving ---------------------------------------------------------------
+    def _serve(self) -> None:
+        sock = self._sock
+        while True:
+            try:
+                ctx = self._idle.pop()
+            except IndexError:
+                try:
+                    ctx = sock.new_context()
+                except pynng.Closed:
+                    return
+                self._contexts.append(ctx)
+            try:
+                msg = ctx.recv_msg()
+            except pynng.Closed:
+                return
+            except Exception:  # pragma: no cover - nng internal error, keep serving
+                log.exception("receive failed")
+                continue
+            pipe = msg.pipe
+            peer = pipe.id if pipe is not None else -1
+            if peer in self._authenticated:
+                try:
+                    message = codec.decode(codec.frame_from_message(msg))
+                except Exception as exc:
+                    log.warning("undecodable request from peer %s: %s", peer, exc)
+                    self._drop(pipe, ctx)
+                    continue
+                del msg
+                try:
+                    self._handler(Request(self, ctx, peer), message)
+                except Exception:  # a handler bug must not stop the server
+                    log.exception("request handler failed")
+            else:
+                self._handshake(pipe, ctx, msg.bytes)
+
+    def _handshake(self, pipe: pynng.Pipe | None, ctx: pynng.Context, data: bytes) -> None:
+        if pipe is None:
+            self._idle.append(ctx)
+            return
+        state = self._handshakes.get(pipe.id)
+        if state is None:
+            client_nonce = auth.parse_hello(data)
+            if client_nonce is None:
+                return self._drop(pipe, ctx)
+            server_nonce = auth.new_nonce()
+            self._handshakes[pipe.id] = (client_nonce, server_nonce)
+            self._send(ctx, auth.challenge(self._key, client_nonce, server_nonce))
+        else:
+            client_nonce, server_nonce = state
+            del self._handshakes[pipe.id]
+            if not auth.check_proof(self._key, data, client_nonce, server_nonce):
+                log.warning("peer %s failed authentication; connection closed", pipe.id)
+                return self._drop(pipe, ctx)
+            self._authenticated.add(pipe.id)
+            self._send(ctx, auth.WELCOME)
+
+    def _drop(self, pipe: pynng.Pipe | None, ctx: pynng.Context) -> None:
+        if pipe is not None:
+            self._handshakes.pop(pipe.id, None)
+            try:
+                pipe.close()
+            except pynng.NNGException:
+                pass
+        self._idle.append(ctx)
+
+    def _pipe_removed(self, pipe: pynng.Pipe) -> None:
+        self._handshakes.pop(pipe.id, None)
+        if pipe.id in self._authenticated:
+            self._authenticated.discard(pipe.id)
+            self._defer(lambda peer=pipe.id: self._on_peer_lost(peer))
+
+    # -- answering -----------------------------------------------------------------
+    def _answer(self, request: Request, value: tuple) -> None:
+        ctx = request._ctx
+        if ctx is None:
+            raise RuntimeError("request answered twice")
+        request._ctx = None
+        try:
+            frame = codec.encode(value)
+        except Exception as exc:
+            frame = codec.encode((False, TypeError(f"reply could not be pickled: {exc}")))
+        self._send(ctx, frame)
+
+    def _send(self, ctx: pynng.Context, frame) -> None:
+        try:
+            if isinstance(frame, pynng.Message):
+                ctx.send_msg(frame)
+            else:
+                ctx.send(frame)
+        except pynng.Closed:
+            return
+        except pynng.NNGException as exc:
+            log.debug("reply not sent: %s", exc)
+        self._idle.append(ctx)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        close_socket(self._sock, self._contexts)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+
+
+def close_socket(sock: pynng.Socket, contexts: list) -> None:
+    """Close ``contexts`` then ``sock``, quietly (pynng complains about contexts
+    that outlive their socket)."""
+    for ctx in list(contexts):
+        try:
+            ctx.close()
+        except pynng.NNGException:
+            ctx._context = None
+    contexts.clear()
+    try:
+        sock.close()
+    except Exception:
+        pass

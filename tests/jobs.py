@@ -1,0 +1,123 @@
+"""Targets for jobs started by the tests: a small module children import quickly."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import fiberlite
+
+
+def noop() -> None:
+    pass
+
+
+def put_value(q, value) -> None:
+    q.put(value)
+
+
+def exit_with(code) -> None:
+    sys.exit(code)
+
+
+def raise_value_error() -> None:
+    raise ValueError("boom from the child")
+
+
+def hard_exit(code: int) -> None:
+    os._exit(code)
+
+
+def wait_forever(ready=None) -> None:
+    if ready is not None:
+        ready.put(os.getpid())
+    while True:
+        time.sleep(1)
+
+
+def report_identity(q) -> None:
+    me = fiberlite.current_process()
+    parent = fiberlite.parent_process()
+    q.put((me.name, me.pid, me.daemon, parent.name if parent else None, parent.pid if parent else None,
+           os.getcwd(), os.environ.get("FIBERLITE_AUTHKEY")))
+
+
+def produce(q, start: int, count: int) -> None:
+    for i in range(start, start + count):
+        q.put(i)
+
+
+def consume(q, out, sentinel=None) -> None:
+    total = []
+    while True:
+        item = q.get()
+        if item == sentinel:
+            break
+        total.append(item)
+    out.put(total)
+
+
+def work_joinable(q) -> None:
+    while True:
+        item = q.get()
+        q.task_done()
+        if item is None:
+            break
+
+
+def echo(conn) -> None:
+    while True:
+        try:
+            item = conn.recv()
+        except EOFError:
+            break
+        conn.send(item)
+    conn.close()
+
+
+def send_then_close(conn, items) -> None:
+    for item in items:
+        conn.send(item)
+    conn.close()
+
+
+def send_bytes(conn, data: bytes) -> None:
+    conn.send_bytes(data)
+
+
+def spawn_grandchild(q) -> None:
+    p = fiberlite.Process(target=wait_forever, args=(q,))
+    p.start()
+    q.put(os.getpid())
+    p.join()
+
+
+def start_child_then_wait(q) -> None:
+    """Start a child that waits forever, report both pids, then wait."""
+    p = fiberlite.Process(target=wait_forever)
+    p.start()
+    q.put((os.getpid(), p.pid))
+    p.join()
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def array_roundtrip(q_in, q_out) -> None:
+    arr = q_in.get()
+    arr *= 2  # arrays received are writable, as with multiprocessing
+    q_out.put(arr)
+
+
+class Counter(fiberlite.Process):
+    """A Process subclass overriding run()."""
+
+    def __init__(self, q, n):
+        super().__init__()
+        self.q = q
+        self.n = n
+
+    def run(self):
+        self.q.put(sum(range(self.n)))

@@ -1,0 +1,49 @@
+"""Children never outlive their parent, even when it is killed with SIGKILL."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+PARENT = textwrap.dedent("""
+    import sys, fiberlite, jobs
+    if __name__ == "__main__":
+        q, r = fiberlite.Queue(), fiberlite.Queue()
+        fiberlite.Process(target=jobs.start_child_then_wait, args=(q,)).start()
+        fiberlite.Process(target=jobs.wait_forever, args=(r,), daemon=True).start()
+        pids = [*q.get(timeout=60), r.get(timeout=60)]
+        print(" ".join(str(pid) for pid in pids), flush=True)
+        sys.stdin.read()
+""")
+
+
+def test_parent_sigkill_leaves_no_orphans(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]))
+    parent = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        line = parent.stdout.readline()
+        pids = [int(x) for x in line.split()]
+        assert len(pids) == 3, line
+        procs = [psutil.Process(pid) for pid in pids]
+        assert all(p.is_running() for p in procs)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        gone, alive = psutil.wait_procs(procs, timeout=10)
+        assert not alive, f"orphans left running: {alive}"
+    finally:
+        parent.kill()
+        for pid in locals().get("pids", []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,117 @@
+"""Pipe and Connection across jobs."""
+from __future__ import annotations
+
+import array
+
+import pytest
+
+import fiberlite
+import jobs
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_duplex_echo_with_child():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.echo, args=(b,))
+    p.start()
+    b.close()
+    for item in [1, "two", [3], {"four": 4}, None]:
+        a.send(item)
+        assert a.recv() == item
+    a.close()
+    p.join()
+    assert p.exitcode == 0
+
+
+def test_eof_after_other_end_closed_and_drained():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.send_then_close, args=(b, [1, 2, 3]))
+    p.start()
+    b.close()
+    assert [a.recv(), a.recv(), a.recv()] == [1, 2, 3]
+    with pytest.raises(EOFError):
+        a.recv()
+    assert a.poll(0)  # EOF is readable, as with multiprocessing
+    p.join()
+
+
+def test_eof_when_holder_is_killed():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.echo, args=(b,))
+    p.start()
+    b.close()
+    a.send("ping")
+    assert a.recv() == "ping"
+    p.kill()
+    p.join()
+    with pytest.raises(EOFError):
+        a.recv()
+
+
+def test_poll_timeout_and_data():
+    a, b = fiberlite.Pipe()
+    assert not a.poll()
+    assert not a.poll(0.1)
+    b.send(5)
+    assert a.poll(1)
+    assert a.recv() == 5
+
+
+def test_bytes_api_offsets_and_buffer_too_short():
+    a, b = fiberlite.Pipe()
+    b.send_bytes(b"hello world", 6)
+    assert a.recv_bytes() == b"world"
+    b.send_bytes(b"hello world", 0, 5)
+    buf = bytearray(10)
+    assert a.recv_bytes_into(buf, 2) == 5
+    assert bytes(buf[2:7]) == b"hello"
+    arr = array.array("i", [1, 2, 3])
+    b.send_bytes(arr)
+    assert a.recv_bytes() == arr.tobytes()
+    b.send_bytes(b"x" * 20)
+    with pytest.raises(fiberlite.BufferTooShort) as info:
+        a.recv_bytes_into(bytearray(4))
+    assert info.value.args[0] == b"x" * 20
+    with pytest.raises(ValueError):
+        b.send_bytes(b"abc", 4)
+    with pytest.raises(ValueError):
+        b.send_bytes(b"abc", 1, 5)
+
+
+def test_send_bytes_from_child_recv_bytes():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.send_bytes, args=(b, b"\x00\x01payload"))
+    p.start()
+    assert a.recv_bytes() == b"\x00\x01payload"
+    p.join()
+
+
+def test_simplex_pipe_ends_are_one_way():
+    r, w = fiberlite.Pipe(duplex=False)
+    assert r.readable and not r.writable and w.writable and not w.readable
+    with pytest.raises(OSError):
+        r.send(1)
+    with pytest.raises(OSError):
+        w.recv()
+    w.send("one way")
+    assert r.recv() == "one way"
+
+
+def test_closed_connection_raises_and_write_to_closed_pipe_breaks():
+    a, b = fiberlite.Pipe()
+    a.close()
+    assert a.closed
+    with pytest.raises(OSError, match="closed"):
+        a.send(1)
+    with pytest.raises(BrokenPipeError):
+        b.send(1)
+        b.recv()  # a cast's failure is reported by the next call at the latest
+
+
+def test_context_manager_closes():
+    a, b = fiberlite.Pipe()
+    with a:
+        b.send(1)
+        assert a.recv() == 1
+    assert a.closed

@@ -1,0 +1,145 @@
+"""Queue, SimpleQueue and JoinableQueue across jobs."""
+from __future__ import annotations
+
+import queue
+import time
+
+import numpy as np
+import pytest
+
+import fiberlite
+import jobs
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_fifo_in_process_and_nowait_forms():
+    q = fiberlite.Queue()
+    for i in range(5):
+        q.put(i)
+    assert q.qsize() == 5 and not q.empty()
+    assert [q.get() for _ in range(5)] == list(range(5))
+    assert q.empty()
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+    q.put_nowait("x")
+    assert q.get_nowait() == "x"
+
+
+def test_get_timeout_raises_empty_in_time():
+    q = fiberlite.Queue()
+    t0 = time.monotonic()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.3)
+    assert 0.25 <= time.monotonic() - t0 < 5
+
+
+def test_bounded_queue_full_and_unblocks():
+    q = fiberlite.Queue(maxsize=2)
+    q.put(1)
+    q.put(2)
+    assert q.full()
+    with pytest.raises(queue.Full):
+        q.put(3, block=False)
+    with pytest.raises(queue.Full):
+        q.put(3, timeout=0.2)
+    assert q.get() == 1
+    q.put(3, timeout=1)
+    assert [q.get(), q.get()] == [2, 3]
+
+
+def test_bounded_queue_blocks_remote_producer_until_room():
+    q = fiberlite.Queue(maxsize=3)
+    p = fiberlite.Process(target=jobs.produce, args=(q, 0, 50))
+    p.start()
+    got = [q.get(timeout=30) for _ in range(50)]
+    p.join()
+    assert got == list(range(50))
+
+
+def test_many_producers_and_consumers_nothing_lost_or_duplicated():
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    producers = [fiberlite.Process(target=jobs.produce, args=(q, i * 1000, 1000)) for i in range(3)]
+    consumers = [fiberlite.Process(target=jobs.consume, args=(q, out)) for _ in range(2)]
+    for p in producers + consumers:
+        p.start()
+    for p in producers:
+        p.join()
+    for _ in consumers:
+        q.put(None)
+    results = [out.get(timeout=30) for _ in consumers]
+    for p in consumers:
+        p.join()
+    merged = sorted(x for part in results for x in part)
+    assert merged == list(range(3000))
+
+
+def test_child_puts_land_before_it_exits():
+    q = fiberlite.Queue()
+    p = fiberlite.Process(target=jobs.produce, args=(q, 0, 500))
+    p.start()
+    p.join()
+    assert p.exitcode == 0
+    assert q.qsize() == 500
+    assert [q.get() for _ in range(500)] == list(range(500))
+
+
+def test_numpy_arrays_travel_writable():
+    q_in, q_out = fiberlite.Queue(), fiberlite.Queue()
+    p = fiberlite.Process(target=jobs.array_roundtrip, args=(q_in, q_out))
+    p.start()
+    big = np.arange(300_000, dtype=np.float64)
+    q_in.put(big)
+    result = q_out.get(timeout=30)
+    p.join()
+    assert result.flags.writeable
+    np.testing.assert_array_equal(result, big * 2)
+
+
+def test_closed_queue_rejects_use():
+    q = fiberlite.Queue()
+    q.close()
+    q.join_thread()
+    with pytest.raises(ValueError, match="closed"):
+        q.put(1)
+    with pytest.raises(ValueError, match="closed"):
+        q.get()
+    q2 = fiberlite.Queue()
+    with pytest.raises(AssertionError):
+        q2.join_thread()
+    q2.cancel_join_thread()
+
+
+def test_joinable_queue_task_done_and_join():
+    q = fiberlite.JoinableQueue()
+    p = fiberlite.Process(target=jobs.work_joinable, args=(q,))
+    p.start()
+    for i in range(20):
+        q.put(i)
+    q.put(None)
+    q.join()  # returns only once the worker marked all 21 items done
+    p.join()
+    with pytest.raises(ValueError, match="too many times"):
+        q.task_done()
+
+
+def test_simple_queue():
+    q = fiberlite.SimpleQueue()
+    assert q.empty()
+    p = fiberlite.Process(target=jobs.put_value, args=(q, {"a": 1}))
+    p.start()
+    assert q.get() == {"a": 1}
+    p.join()
+    q.close()
+    with pytest.raises(ValueError):
+        q.get()
+
+
+def test_queue_created_in_child_is_reachable():
+    outer = fiberlite.Queue()
+    p = fiberlite.Process(target=jobs.spawn_grandchild, args=(outer,))
+    p.start()
+    pids = {outer.get(timeout=30), outer.get(timeout=30)}
+    assert p.pid in pids and len(pids) == 2
+    p.kill()
+    p.join()
