@@ -1,0 +1,172 @@
+"""Value, Array, RawValue and RawArray, in one process and across jobs."""
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+
+import pytest
+
+import fiberlite
+from fiberlite.synchronize import Lock, RLock
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 30
+
+
+class Point(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_int), ("y", ctypes.c_double)]
+
+
+# -- targets run by child jobs ----------------------------------------------------------------
+def increment(v, n):
+    for _ in range(n):
+        with v.get_lock():
+            v.value += 1
+
+
+def double_all(arr, text, out):
+    arr[:] = [x * 2 for x in arr[:]]
+    text.value = b"from child"
+    out.put((len(arr), arr[-1], text.raw[:10]))
+
+
+def set_value(v, value, out):
+    v.value = value
+    out.put("done")
+
+
+def hold_lock_then_set(v, held, go):
+    with v.get_lock():
+        held.put("held")
+        go.wait(WAIT)
+        v.value = 5
+
+
+def _start(target, *args):
+    p = fiberlite.Process(target=target, args=args)
+    p.start()
+    return p
+
+
+# -- in one process ---------------------------------------------------------------------------
+def test_value_typecodes_and_ctypes_semantics():
+    assert fiberlite.Value("i").value == 0
+    assert fiberlite.Value("d", 1.5).value == 1.5
+    assert fiberlite.Value(ctypes.c_int, 7).value == 7
+    assert fiberlite.Value("c", b"x").value == b"x"
+    small = fiberlite.Value("b", 127)
+    small.value += 1
+    assert small.value == -128  # wraps as the ctypes type does
+    v = fiberlite.Value("i", 3)
+    assert repr(v) == "<Synchronized wrapper for c_int(3)>"
+    with pytest.raises(TypeError):
+        v.value = 1.5
+    with pytest.raises(TypeError, match="typecode"):
+        fiberlite.Value("x")
+    with pytest.raises(AttributeError, match="has no method 'acquire'"):
+        fiberlite.Value("i", lock=5)
+    p = fiberlite.Value(Point, 1, 2.5)
+    assert (p.x, p.y) == (1, 2.5)
+    p.x = 4
+    assert p.x == 4
+
+
+def test_locks_of_value_and_array():
+    v = fiberlite.Value("i")
+    lock = v.get_lock()
+    assert isinstance(lock, RLock) and v.get_lock() is lock
+    with v.get_lock():
+        with v:  # the wrapper's own acquire/release use the same lock
+            v.value += 1  # an RLock: the holder may access
+    assert v.get_obj().value == 1
+    raw = fiberlite.Value("i", lock=False)
+    assert not hasattr(raw, "get_lock")
+    raw.value = 9
+    assert raw.value == 9
+    mine = Lock()
+    arr = fiberlite.Array("i", 3, lock=mine)
+    assert arr.get_lock() is mine
+    other = threading.Lock()  # a lock the hub cannot see is held around each access
+    w = fiberlite.Value("i", lock=other)
+    w.value = 2
+    assert w.value == 2 and not other.locked()
+
+
+def test_array_indexing_slicing_and_strings():
+    arr = fiberlite.Array("i", 5)
+    assert len(arr) == 5 and arr[:] == [0] * 5
+    arr[0] = 3
+    arr[-1] = 4
+    arr[1:3] = [7, 8]
+    assert arr[:] == [3, 7, 8, 0, 4] and arr[1:4:2] == [7, 0] and list(arr) == arr[:]
+    with pytest.raises(IndexError):
+        arr[5]
+    init = fiberlite.Array(ctypes.c_double, [1.0, 2.0])
+    assert init[:] == [1.0, 2.0] and len(init) == 2
+    s = fiberlite.Array("c", b"hello")
+    assert s.value == b"hello" and s.raw == b"hello" and s[1] == b"e" and list(s)[0] == b"h"
+    s.value = b"hi"
+    assert s.value == b"hi" and s.raw == b"hi\x00lo"
+    raw = fiberlite.RawArray("d", 3)
+    assert raw[:] == [0.0, 0.0, 0.0] and not hasattr(raw, "get_lock")
+    assert fiberlite.RawValue("i", 4).value == 4
+    assert "c_int" in repr(fiberlite.RawValue("i", 4))
+
+
+# -- across jobs ------------------------------------------------------------------------------
+def test_four_jobs_incrementing_under_get_lock_count_exactly():
+    v = fiberlite.Value("i", 0)
+    jobs = [_start(increment, v, 200) for _ in range(4)]
+    for p in jobs:
+        p.join(WAIT)
+        assert p.exitcode == 0
+    assert v.value == 800
+
+
+def test_child_reads_and_writes_arrays():
+    arr, text, out = fiberlite.RawArray("i", range(10)), fiberlite.Array("c", 16), fiberlite.Queue()
+    p = _start(double_all, arr, text, out)
+    assert out.get(timeout=WAIT) == (10, 18, b"from child")
+    p.join(WAIT)
+    assert arr[:] == [2 * i for i in range(10)]
+    assert text.value == b"from child"
+
+
+def test_synchronized_access_from_child_waits_for_the_lock():
+    v, out = fiberlite.Value("i", 0), fiberlite.Queue()
+    with v.get_lock():
+        p = _start(set_value, v, 1, out)
+        with pytest.raises(queue.Empty):
+            out.get(timeout=0.5)  # the child's write waits for the parent's lock
+        assert v.value == 0
+    assert out.get(timeout=WAIT) == "done"
+    assert v.value == 1
+    p.join(WAIT)
+
+
+def test_creator_access_waits_while_a_child_holds_the_lock():
+    v, held, go = fiberlite.Value("i", 0), fiberlite.Queue(), fiberlite.Event()
+    p = _start(hold_lock_then_set, v, held, go)
+    assert held.get(timeout=WAIT) == "held"
+    seen = []
+    reader = threading.Thread(target=lambda: seen.append(v.value))
+    reader.start()
+    reader.join(0.3)
+    assert reader.is_alive() and v.get_obj().value == 0  # the raw object never waits
+    go.set()
+    reader.join(WAIT)
+    assert seen == [5]
+    p.join(WAIT)
+
+
+def test_value_travels_through_a_queue():
+    v, q, out = fiberlite.Value("d", 0.5), fiberlite.Queue(), fiberlite.Queue()
+    q.put(v)
+    same = q.get(timeout=WAIT)
+    assert same._servant is v._servant and same.value == 0.5
+    p = _start(set_value, same, 2.5, out)
+    assert out.get(timeout=WAIT) == "done"
+    p.join(WAIT)
+    assert v.value == 2.5

@@ -1,0 +1,446 @@
+"""Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event and Barrier, in one
+process and across jobs."""
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import threading
+import time
+
+import pytest
+
+import fiberlite
+from fiberlite.synchronize import BrokenBarrierError, NotOwnedError
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 30  # generous bound for anything that must happen; never reached when all is well
+
+
+# -- targets run by child jobs ----------------------------------------------------------------
+def add_under_lock(lock, counter, n):
+    for _ in range(n):
+        with lock:
+            seen = counter.value
+            counter.value = seen + 1  # a lost update shows if two jobs interleave here
+
+
+def hold_semaphore(sem, inside, go):
+    with sem:
+        inside.put(os.getpid())
+        go.wait(WAIT)
+
+
+def set_event(event):
+    event.set()
+
+
+def wait_event(event, out):
+    out.put(event.wait(WAIT))
+
+
+def notify_condition(cond, flag):
+    with cond:
+        flag.value = 1
+        cond.notify_all()
+
+
+def wait_condition(cond, out):
+    with cond:
+        out.put("waiting")
+        out.put(cond.wait(WAIT))
+
+
+def pass_barrier(barrier, out):
+    out.put(barrier.wait(WAIT))
+
+
+def acquire_then_report(lock, out, timeout=None):
+    got = lock.acquire(timeout=timeout)
+    out.put(got)
+    if got:
+        lock.release()
+
+
+def hold_forever(lock, out):
+    lock.acquire()
+    out.put("held")
+    threading.Event().wait()
+
+
+def try_release(lock, out):
+    try:
+        lock.release()
+    except Exception as exc:  # reported to the parent, which checks the type
+        out.put(type(exc))
+    else:
+        out.put(None)
+
+
+def _start(target, *args):
+    p = fiberlite.Process(target=target, args=args)
+    p.start()
+    return p
+
+
+# -- Lock -----------------------------------------------------------------------------------
+def test_lock_in_process():
+    lock = fiberlite.Lock()
+    assert repr(lock) == "<Lock(owner=None)>"
+    assert lock.acquire() is True
+    assert repr(lock) == "<Lock(owner=MainProcess)>"
+    assert lock.acquire(False) is False
+    t0 = time.monotonic()
+    assert lock.acquire(timeout=0.2) is False  # non-recursive: the owner blocks too
+    assert 0.15 <= time.monotonic() - t0 < 5
+    lock.release()
+    with pytest.raises(ValueError, match="released too many times"):
+        lock.release()
+    with lock as entered:
+        assert entered is True
+        assert lock.acquire(block=False) is False
+    assert lock.acquire(timeout=0) is True
+    lock.release()
+
+
+def test_lock_released_by_another_thread_wakes_waiter():
+    lock = fiberlite.Lock()
+    lock.acquire()
+    got = []
+    t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=WAIT)))
+    t.start()
+    threading.Thread(target=lock.release).start()  # any thread may release a Lock
+    t.join(WAIT)
+    assert got == [True]
+    assert repr(lock) == "<Lock(owner=SomeOtherThread)>"
+    lock.release()
+
+
+def test_lock_mutual_exclusion_across_three_jobs():
+    lock = fiberlite.Lock()
+    counter = fiberlite.RawValue("i", 0)
+    jobs = [_start(add_under_lock, lock, counter, 100) for _ in range(3)]
+    add_under_lock(lock, counter, 100)  # the creator competes through its direct path
+    for p in jobs:
+        p.join(WAIT)
+        assert p.exitcode == 0
+    assert counter.value == 400
+
+
+def test_lock_timeout_in_child_and_release_by_other_process():
+    lock, out = fiberlite.Lock(), fiberlite.Queue()
+    lock.acquire()
+    p = _start(acquire_then_report, lock, out, 0.2)
+    assert out.get(timeout=WAIT) is False  # held by the parent: the child's timeout expires
+    p.join(WAIT)
+    p = _start(try_release, lock, out)  # multiprocessing lets any process release a Lock
+    assert out.get(timeout=WAIT) is None
+    p.join(WAIT)
+    assert lock.acquire(False) is True
+    lock.release()
+
+
+def test_lock_held_by_killed_child_is_released_and_its_waiters_dropped():
+    lock, out = fiberlite.Lock(), fiberlite.Queue()
+    holder = _start(hold_forever, lock, out)
+    assert out.get(timeout=WAIT) == "held"
+    assert lock.acquire(timeout=0.1) is False
+    waiter = _start(acquire_then_report, lock, out)  # blocks behind the holder
+    deadline = time.monotonic() + WAIT
+    while len(lock._servant.queue) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    waiter.kill()
+    waiter.join(WAIT)
+    while lock._servant.queue and time.monotonic() < deadline:  # its wait is forgotten
+        time.sleep(0.01)
+    assert not lock._servant.queue
+    holder.kill()
+    holder.join(WAIT)
+    assert holder.exitcode == -9
+    # multiprocessing would deadlock here; fiberlite releases a dead job's lock
+    assert lock.acquire(timeout=WAIT) is True
+    lock.release()
+
+
+def test_lock_travels_through_a_queue_and_stays_local_in_its_creator():
+    lock, q = fiberlite.Lock(), fiberlite.Queue()
+    q.put(lock)
+    back = q.get(timeout=WAIT)
+    assert back._servant is lock._servant  # the creator keeps calling it directly
+    with back:
+        assert lock.acquire(False) is False
+
+
+# -- RLock ----------------------------------------------------------------------------------
+def test_rlock_recursion_and_ownership():
+    rlock = fiberlite.RLock()
+    assert repr(rlock) == "<RLock(None, 0)>"
+    with pytest.raises(AssertionError, match="not owned by thread"):
+        rlock.release()
+    assert rlock.acquire() and rlock.acquire() and rlock.acquire(False)
+    assert repr(rlock) == "<RLock(MainProcess, 3)>"
+    errors = []
+
+    def release_from_other_thread():
+        try:
+            rlock.release()
+        except AssertionError as exc:
+            errors.append(exc)
+        errors.append(rlock.acquire(timeout=0.05))
+
+    t = threading.Thread(target=release_from_other_thread)
+    t.start()
+    t.join(WAIT)
+    assert len(errors) == 2 and isinstance(errors[0], AssertionError) and errors[1] is False
+    for _ in range(3):
+        rlock.release()
+    with pytest.raises(AssertionError):
+        rlock.release()
+
+
+def test_rlock_across_jobs_needs_every_release():
+    rlock, out = fiberlite.RLock(), fiberlite.Queue()
+    rlock.acquire()
+    rlock.acquire()
+    p = _start(try_release, rlock, out)
+    assert out.get(timeout=WAIT) is NotOwnedError  # an AssertionError, as in multiprocessing
+    p.join(WAIT)
+    p = _start(acquire_then_report, rlock, out)
+    rlock.release()
+    with pytest.raises(queue.Empty):
+        out.get(timeout=0.3)  # still held once
+    rlock.release()
+    assert out.get(timeout=WAIT) is True
+    p.join(WAIT)
+
+
+# -- Semaphore ------------------------------------------------------------------------------
+def test_semaphore_in_process():
+    sem = fiberlite.Semaphore(2)
+    assert repr(sem) == "<Semaphore(value=2)>"
+    assert sem.acquire() and sem.acquire(timeout=1)
+    assert sem.get_value() == 0
+    assert sem.acquire(False) is False
+    t0 = time.monotonic()
+    assert sem.acquire(timeout=0.2) is False
+    assert 0.15 <= time.monotonic() - t0 < 5
+    sem.release()
+    sem.release()
+    sem.release()  # an unbounded semaphore may go above its initial value
+    assert sem.get_value() == 3
+    with pytest.raises(ValueError):
+        fiberlite.Semaphore(-1)
+
+
+def test_bounded_semaphore_over_release_raises():
+    sem = fiberlite.BoundedSemaphore(2)
+    assert repr(sem) == "<BoundedSemaphore(value=2, maxvalue=2)>"
+    with pytest.raises(ValueError, match="released too many times"):
+        sem.release()
+    with sem:
+        assert sem.get_value() == 1
+    assert sem.get_value() == 2
+
+
+def test_semaphore_bounds_concurrency_of_jobs():
+    sem = fiberlite.BoundedSemaphore(2)
+    inside, go = fiberlite.Queue(), fiberlite.Event()
+    jobs = [_start(hold_semaphore, sem, inside, go) for _ in range(3)]
+    first = {inside.get(timeout=WAIT), inside.get(timeout=WAIT)}
+    with pytest.raises(queue.Empty):
+        inside.get(timeout=0.5)  # the third job waits for a slot
+    assert sem.get_value() == 0
+    go.set()
+    third = inside.get(timeout=WAIT)
+    assert first | {third} == {p.pid for p in jobs}
+    for p in jobs:
+        p.join(WAIT)
+        assert p.exitcode == 0
+    assert sem.get_value() == 2
+    out = fiberlite.Queue()
+    p = _start(try_release, sem, out)  # the bound holds for releases from other jobs too
+    assert out.get(timeout=WAIT) is ValueError
+    p.join(WAIT)
+
+
+# -- Event ----------------------------------------------------------------------------------
+def test_event_in_process():
+    event = fiberlite.Event()
+    assert not event.is_set() and "unset" in repr(event)
+    t0 = time.monotonic()
+    assert event.wait(0.2) is False
+    assert 0.15 <= time.monotonic() - t0 < 5
+    assert event.wait(0) is False
+    event.set()
+    assert event.is_set() and event.wait() is True and event.wait(0) is True
+    event.clear()
+    assert not event.is_set()
+
+
+def test_event_set_by_child_wakes_parent_and_parent_wakes_child():
+    event, back, out = fiberlite.Event(), fiberlite.Event(), fiberlite.Queue()
+    waiter = _start(wait_event, back, out)
+    setter = _start(set_event, event)
+    assert event.wait(WAIT) is True
+    back.set()
+    assert out.get(timeout=WAIT) is True
+    for p in (waiter, setter):
+        p.join(WAIT)
+        assert p.exitcode == 0
+
+
+# -- Condition ------------------------------------------------------------------------------
+def test_condition_in_process():
+    cond = fiberlite.Condition()
+    assert repr(cond) == "<Condition(<RLock(None, 0)>, 0)>"
+    with pytest.raises(AssertionError, match="lock is not owned"):
+        cond.notify()
+    with pytest.raises(RuntimeError, match="must acquire"):  # also what threading raises
+        cond.wait(0.01)
+    cond.acquire()
+    cond.acquire()
+    t0 = time.monotonic()
+    assert cond.wait(0.2) is False
+    assert 0.15 <= time.monotonic() - t0 < 5
+    assert repr(cond._lock) == "<RLock(MainProcess, 2)>"  # the recursion level is restored
+    cond.release()
+    cond.release()
+    items = []
+
+    def consumer():
+        with cond:
+            items.append(cond.wait_for(lambda: len(items) >= 1, timeout=WAIT))
+
+    t = threading.Thread(target=consumer)
+    t.start()
+    with cond:
+        items.append("x")
+        cond.notify()
+    t.join(WAIT)
+    assert items == ["x", True]
+    with cond:
+        t0 = time.monotonic()
+        assert cond.wait_for(lambda: False, timeout=0.2) is False
+        assert 0.15 <= time.monotonic() - t0 < 5
+
+
+def test_condition_with_plain_lock_and_bad_lock():
+    cond = fiberlite.Condition(fiberlite.Lock())
+    with cond:
+        cond.notify_all()
+        assert cond.wait(0.01) is False
+    assert cond._lock.acquire(False) is True  # wait re-acquired, exit released
+    cond._lock.release()
+    with pytest.raises(TypeError, match="fiberlite Lock or RLock"):
+        fiberlite.Condition(threading.Lock())
+
+
+def test_condition_notify_from_child_wakes_parent():
+    cond, flag = fiberlite.Condition(), fiberlite.RawValue("i", 0)
+    with cond:  # held until wait() releases it, so the child cannot notify too early
+        p = _start(notify_condition, cond, flag)
+        assert cond.wait_for(lambda: flag.value == 1, timeout=WAIT)
+    p.join(WAIT)
+    assert p.exitcode == 0
+
+
+def test_condition_wait_in_child_notified_by_parent():
+    cond, out = fiberlite.Condition(fiberlite.Lock()), fiberlite.Queue()
+    p = _start(wait_condition, cond, out)
+    assert out.get(timeout=WAIT) == "waiting"
+    with cond:  # acquirable only once the child waits
+        assert "1)>" in repr(cond)
+        cond.notify()
+    assert out.get(timeout=WAIT) is True
+    p.join(WAIT)
+    assert p.exitcode == 0
+
+
+# -- Barrier --------------------------------------------------------------------------------
+def test_barrier_of_three_jobs_runs_action_once():
+    out, actions = fiberlite.Queue(), fiberlite.Queue()
+    barrier = fiberlite.Barrier(3, action=functools.partial(actions.put, "action"), timeout=WAIT)
+    assert barrier.parties == 3
+    jobs = [_start(pass_barrier, barrier, out) for _ in range(3)]
+    assert sorted(out.get(timeout=WAIT) for _ in jobs) == [0, 1, 2]
+    assert actions.get(timeout=WAIT) == "action"
+    with pytest.raises(queue.Empty):
+        actions.get(timeout=0.1)
+    for p in jobs:
+        p.join(WAIT)
+        assert p.exitcode == 0
+    assert barrier.n_waiting == 0 and not barrier.broken
+
+
+def test_barrier_timeout_abort_reset_in_process():
+    barrier = fiberlite.Barrier(2)
+    assert "waiters=0/2" in repr(barrier)
+    t0 = time.monotonic()
+    with pytest.raises(BrokenBarrierError):
+        barrier.wait(0.2)  # a timed-out wait breaks the barrier
+    assert 0.15 <= time.monotonic() - t0 < 5
+    assert barrier.broken
+    with pytest.raises(BrokenBarrierError):
+        barrier.wait()
+    barrier.reset()
+    assert not barrier.broken
+    errors = []
+
+    def party():
+        try:
+            barrier.wait(WAIT)
+        except BrokenBarrierError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=party)
+    t.start()
+    deadline = time.monotonic() + WAIT
+    while barrier.n_waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert barrier.n_waiting == 1
+    barrier.abort()
+    t.join(WAIT)
+    assert len(errors) == 1 and barrier.broken
+    barrier.reset()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(barrier.wait(WAIT))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert sorted(results) == [0, 1]
+
+
+def test_barrier_action_that_raises_breaks_it():
+    def action():
+        raise KeyError("bad action")
+
+    barrier = fiberlite.Barrier(2, action=action)
+    errors = []
+
+    def party():
+        try:
+            barrier.wait(WAIT)
+        except Exception as exc:
+            errors.append(type(exc))
+
+    threads = [threading.Thread(target=party) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert sorted(errors, key=str) == sorted([KeyError, BrokenBarrierError], key=str)
+    assert barrier.broken
+
+
+def test_barrier_party_killed_while_waiting_breaks_it():
+    barrier, out = fiberlite.Barrier(3), fiberlite.Queue()
+    p = _start(pass_barrier, barrier, out)
+    deadline = time.monotonic() + WAIT
+    while barrier.n_waiting < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.kill()
+    p.join(WAIT)
+    with pytest.raises(BrokenBarrierError):
+        barrier.wait(WAIT)
