@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import pynng
 
+from pynng._nng import lib
+
 from ..errors import AuthenticationError, ConnectionLost
 from . import auth, codec
 from .server import close_socket
@@ -30,6 +32,9 @@ class Client:
         self._lost_callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._casts: collections.deque[pynng.Context] = collections.deque()
+        self._busy = 0  # calls inside nng right now: the socket is closed only when none is
+        self._lost = False
+        self._socket_closed = False
         self.alive = False
         self._contexts: list[pynng.Context] = []
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1)
@@ -86,52 +91,79 @@ class Client:
             if not self.alive:
                 return
             self.alive = False
+            self._lost = True
             callbacks, self._lost_callbacks = self._lost_callbacks, []
-        # Closing the socket wakes every waiting call; not allowed inside nng's callback.
+        # waking the waiting calls is not allowed inside nng's callback
         threading.Thread(target=self._after_loss, args=(callbacks,), daemon=True).start()
 
-    def _discard(self, ctx: pynng.Context) -> None:
-        if ctx in self._contexts:
-            self._contexts.remove(ctx)
-        try:
-            ctx.close()
-        except pynng.NNGException:
-            ctx._context = None
-
     def _after_loss(self, callbacks) -> None:
-        close_socket(self._sock, self._contexts)
+        with self._lock:
+            contexts = list(self._contexts)
+        for ctx in contexts:  # aborts every send and receive under way on them
+            if ctx._context is not None:
+                lib.nng_ctx_close(ctx._context[0])
+        self._close_socket_if_idle()
         for callback in callbacks:
             try:
                 callback()
             except Exception:
                 pass
 
+    def _close_socket_if_idle(self) -> None:
+        # nng aborts the process if a socket is closed while a call is inside it
+        with self._lock:
+            if self._busy or self._socket_closed:
+                return
+            self._socket_closed = True
+        close_socket(self._sock, self._contexts)
+
+    def _discard(self, ctx: pynng.Context) -> None:
+        with self._lock:
+            if ctx in self._contexts:
+                self._contexts.remove(ctx)
+        try:
+            ctx.close()
+        except pynng.NNGException:
+            ctx._context = None
+
+    def _lost_error(self) -> ConnectionLost:
+        return ConnectionLost(f"connection to {self.address} was lost (the job serving it has exited?)")
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._lost or self._socket_closed:
+                raise self._lost_error()
+            self._busy += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            idle_after_loss = self._lost and not self._busy
+        if idle_after_loss:
+            self._close_socket_if_idle()
+
     def _context(self) -> pynng.Context:
         try:
             return self._idle.pop()
         except IndexError:
-            try:
-                ctx = self._sock.new_context()
-            except pynng.Closed:
-                raise ConnectionLost(f"connection to {self.address} is closed") from None
-            self._contexts.append(ctx)
+            ctx = self._sock.new_context()
+            with self._lock:
+                self._contexts.append(ctx)
             return ctx
 
-    def _send(self, ctx: pynng.Context, message: Any) -> None:
-        frame = codec.encode(message)
-        try:
-            if isinstance(frame, pynng.Message):
-                ctx.send_msg(frame)
-            else:
-                ctx.send(frame)
-        except pynng.Closed:
-            raise ConnectionLost(f"connection to {self.address} was lost") from None
+    def _send(self, ctx: pynng.Context, frame: Any) -> None:
+        if isinstance(frame, pynng.Message):
+            ctx.send_msg(frame)
+        else:
+            ctx.send(frame)
 
     def _receive(self, ctx: pynng.Context) -> Any:
+        """The decoded reply on ``ctx`` (the caller has entered)."""
         try:
             msg = ctx.recv_msg()
-        except pynng.Closed:
-            raise ConnectionLost(f"connection to {self.address} was lost") from None
+        except pynng.NNGException:
+            self._discard(ctx)
+            raise self._lost_error() from None
         except BaseException:
             self._discard(ctx)  # an interrupted call leaves the context mid-request
             raise
@@ -140,9 +172,18 @@ class Client:
 
     def request(self, message: Any) -> Any:
         """Send ``message`` and return the decoded reply ``(ok, value)``."""
-        ctx = self._context()
-        self._send(ctx, message)
-        return self._receive(ctx)
+        frame = codec.encode(message)
+        self._enter()
+        try:
+            ctx = self._context()
+            try:
+                self._send(ctx, frame)
+            except pynng.NNGException:
+                self._discard(ctx)
+                raise self._lost_error() from None
+            return self._receive(ctx)
+        finally:
+            self._leave()
 
     def cast(self, message: Any) -> None:
         """Send ``message`` without waiting for its reply.
@@ -151,11 +192,20 @@ class Client:
         a failure reported by one of them is raised then. Requests on one connection
         are handled in the order they were sent, so a later call sees this one's effect.
         """
-        ctx = self._context()
-        self._send(ctx, message)
-        with self._lock:
-            self._casts.append(ctx)
-            excess = len(self._casts) > CAST_WINDOW
+        frame = codec.encode(message)
+        self._enter()
+        try:
+            ctx = self._context()
+            try:
+                self._send(ctx, frame)
+            except pynng.NNGException:
+                self._discard(ctx)
+                raise self._lost_error() from None
+            with self._lock:
+                self._casts.append(ctx)
+                excess = len(self._casts) > CAST_WINDOW
+        finally:
+            self._leave()
         if excess:
             self._collect(CAST_WINDOW // 2)
 
@@ -170,14 +220,20 @@ class Client:
                 if len(self._casts) <= keep:
                     break
                 ctx = self._casts.popleft()
-            ok, value = self._receive(ctx)
+            self._enter()
+            try:
+                ok, value = self._receive(ctx)
+            finally:
+                self._leave()
             if not ok and error is None:
                 error = value
         if error is not None:
             raise error
 
     def close(self) -> None:
+        """Close the connection (calls still under way in other threads fail)."""
         with self._lock:
             self.alive = False
+            self._lost = True
             self._lost_callbacks = []
-        close_socket(self._sock, self._contexts)
+        self._after_loss([])
