@@ -138,8 +138,8 @@ class Launch:
     def _finish(self, code: int) -> int:
         with self._lock:
             if self.returncode is None:
-                reported = self.channel.reported
-                self.returncode = reported if reported is not None and code >= 0 else code
+                reported = self.channel.reported  # exact even where a backend only sees 128+N
+                self.returncode = reported if reported is not None else code
                 get_hub().unregister(self.ref.oid)
                 try:
                     self.backend.cleanup(self.job)

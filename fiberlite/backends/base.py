@@ -4,7 +4,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 
 @dataclass
@@ -85,3 +85,24 @@ class Backend(abc.ABC):
 
     def close(self) -> None:
         """Release the backend's own resources."""
+
+    # -- optional: what the ``fiberlite`` command line needs ---------------------------
+    def list_jobs(self, run_id: str | None = None) -> list[tuple[str, str, str]]:
+        """Jobs of run ``run_id`` (of every run when None) that this backend can see.
+
+        Each is ``(job name, run id, state)``; ``state`` starts with a :class:`JobState`
+        value (``pending``, ``running``, ``exited``), optionally followed by a detail in
+        parentheses, e.g. ``"exited (code 1)"`` or ``"pending (ImagePullBackOff)"``.
+        """
+        raise NotImplementedError(f"the {self.name} backend cannot list jobs")
+
+    def cleanup_run(self, run_id: str | None = None) -> int:
+        """Stop and remove every job of run ``run_id`` (of every run when None), whoever
+        started it; returns how many jobs were removed."""
+        raise NotImplementedError(f"the {self.name} backend cannot clean up runs")
+
+    def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        """What job ``job_name`` printed, as text chunks; with ``follow``, keep yielding
+        until the job ends. Raise :class:`LookupError` when the backend does not know
+        the job (so that a caller can try another backend)."""
+        raise NotImplementedError(f"the {self.name} backend keeps no logs")

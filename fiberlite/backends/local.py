@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+from typing import Iterator
 
 import psutil
 
@@ -72,3 +73,16 @@ class LocalBackend(Backend):
             return os.pidfd_open(job.pid)
         except OSError:
             return None
+
+    # -- for the command line (processes found by their FIBERLITE_RUN_ID) ------------------
+    def list_jobs(self, run_id: str | None = None) -> list[tuple[str, str, str]]:
+        from . import local_runs
+        return local_runs.list_jobs(run_id)
+
+    def cleanup_run(self, run_id: str | None = None) -> int:
+        from . import local_runs
+        return local_runs.cleanup_run(run_id)
+
+    def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        from . import local_runs
+        return local_runs.stream_logs(job_name, follow)
