@@ -1,0 +1,339 @@
+"""CPython's own ``multiprocessing`` tests, run against fiberlite.
+
+The stdlib's test module (``test._test_multiprocessing``) builds its test cases from
+base classes (``_TestProcess``, ``_TestQueue``, ...) that only reach the API through
+attributes of the test case: ``self.Process``, ``self.Queue``, ``self.Lock``, ...
+CPython binds them with ``ProcessesMixin``; :class:`FiberliteMixin` binds them to
+fiberlite, and each class below runs one CPython base class: its test methods
+unchanged, and only the helpers listed under "Adaptations" replaced.
+
+While a test runs, the module-level name ``multiprocessing`` inside CPython's test
+module is fiberlite (a few tests call ``multiprocessing.Queue()`` or
+``multiprocessing.Process.terminate`` directly). Targets run in the jobs as pickled
+by cloudpickle; the CPython module is importable there.
+
+Each skipped test has one of three kinds of reason:
+
+- ``not applicable``: the test checks a CPython implementation detail (file
+  descriptors, ``multiprocessing.reduction``, private attributes, the feeder thread,
+  forkserver) that fiberlite does not have by design.
+- ``missing API``: documented API that fiberlite does not offer yet.
+- ``fiberlite gap`` / ``by design``: documented behaviour fiberlite does not match.
+  Run them with ``FIBERLITE_CONFORMANCE_GAPS=1``.
+
+A few passing tests that start many jobs are left out of the default run to keep this
+file near a minute on 2 cores (reason ``slow``); ``FIBERLITE_CONFORMANCE_SLOW=1`` runs them.
+
+TODO — documented behaviour that fails (measured on the local backend):
+
+1. ``TestCondition.test_wait_result``: after ``KeyboardInterrupt`` interrupts
+   ``Condition.wait()``, the caller no longer holds the lock, so leaving the ``with``
+   block raises ``NotOwnedError: attempt to release recursive lock not owned by
+   thread``. ``threading`` and ``multiprocessing`` re-acquire the lock before any
+   exception leaves ``wait()``. (The part without the signal passes:
+   ``test_wait_result_no_sigint``.)
+2. ``TestConnection.test_connection``: ``Connection.fileno()`` raises ``OSError``;
+   the docs say it returns the connection's file descriptor (used with
+   ``connection.wait()`` and selectors). Everything else in the test passes
+   (``test_connection_except_fileno``).
+3. ``TestProcess.test_parent_process`` (by design): a grandchild must outlive its
+   killed parent and see ``parent_process().is_alive()`` become False; a fiberlite job
+   exits as soon as its parent's hub is gone (no orphans), so it never reports.
+
+Missing API met on the way: ``multiprocessing.connection.Listener``/``Client``/
+``wait``, ``sharedctypes.copy``.
+
+Adaptations (helpers that name the stdlib directly or read its private state):
+``_TestProcess``'s two child helpers that import the stdlib's ``parent_process``;
+``_TestCondition.check_invariant`` (reads the stdlib Condition's private semaphores;
+here: its repr must report 0 sleepers, the stdlib's repr format); ``_TestBarrier``'s
+``DummyList`` (a counter in stdlib heap memory passed by fd; here: a ``Value``);
+``_UpperCaser`` (CPython's methods on a fiberlite ``Process`` base); module-level
+``Value`` in ``_TestSharedCTypes``.
+"""
+from __future__ import annotations
+
+import os
+import types
+import unittest
+from unittest import mock
+
+import pytest
+
+import fiberlite
+import fiberlite.connection
+import fiberlite.queues
+
+cpy = pytest.importorskip("test._test_multiprocessing")
+
+pytestmark = pytest.mark.timeout(120)
+
+RUN_GAPS = os.environ.get("FIBERLITE_CONFORMANCE_GAPS") == "1"
+RUN_SLOW = os.environ.get("FIBERLITE_CONFORMANCE_SLOW") == "1"
+
+FDS = "relies on os-level file descriptors of the connection (multiprocessing.reduction)"
+FEEDER = "tests the stdlib's background feeder thread"
+FORKSERVER = "forkserver start method internals"
+NO_CONNECTION_MODULE = "multiprocessing.connection Listener/Client"
+
+
+class _AsMultiprocessing(types.ModuleType):
+    """fiberlite, seen through the name ``multiprocessing`` in CPython's test module."""
+
+    def __init__(self) -> None:
+        super().__init__("multiprocessing")
+        for name in fiberlite.__all__:
+            setattr(self, name, getattr(fiberlite, name))
+        self.queues = fiberlite.queues
+        self.connection = fiberlite.connection
+
+    def __reduce__(self):  # targets pickled by value may refer to it: same view in the job
+        return (_as_multiprocessing, ())
+
+
+_AS_MP = _AsMultiprocessing()
+
+
+def _as_multiprocessing() -> _AsMultiprocessing:
+    return _AS_MP
+
+
+def _use_fiberlite(case: unittest.TestCase) -> None:
+    """For the duration of one test: ``multiprocessing`` in CPython's module is fiberlite,
+    and the long timeouts meant for slow buildbots are short."""
+    case.enterContext(mock.patch.object(cpy, "multiprocessing", _AS_MP))
+    case.enterContext(mock.patch.object(cpy.support, "LONG_TIMEOUT", 20.0))
+    case.enterContext(mock.patch.object(cpy.support, "SHORT_TIMEOUT", 10.0))
+
+
+def _missing(name: str):
+    def factory(*args, **kwargs):
+        raise unittest.SkipTest(f"missing API: fiberlite has no {name}")
+    return staticmethod(factory)
+
+
+def _api(name: str):
+    return staticmethod(getattr(fiberlite, name))
+
+
+class FiberliteMixin(cpy.ProcessesMixin):
+    """What CPython's ``ProcessesMixin`` binds, bound to fiberlite."""
+
+    TYPE = "processes"
+    Process = fiberlite.Process
+    connection = None  # Listener/Client: not in fiberlite
+    current_process = _api("current_process")
+    parent_process = _api("parent_process")
+    active_children = _api("active_children")
+    set_executable = _api("set_executable")
+    Pool = _missing("Pool in this test file")
+    Pipe = _api("Pipe")
+    Queue = _api("Queue")
+    JoinableQueue = _api("JoinableQueue")
+    Lock = _api("Lock")
+    RLock = _api("RLock")
+    Semaphore = _api("Semaphore")
+    BoundedSemaphore = _api("BoundedSemaphore")
+    Condition = _api("Condition")
+    Event = _api("Event")
+    Barrier = _api("Barrier")
+    Value = _api("Value")
+    Array = _api("Array")
+    RawValue = _api("RawValue")
+    RawArray = _api("RawArray")
+
+    @classmethod
+    def setUpClass(cls):  # CPython's looks for the stdlib's dangling processes
+        pass
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+    def setUp(self):
+        _use_fiberlite(self)
+        super().setUp()
+
+
+def select(not_applicable: dict | None = None, missing: dict | None = None,
+           gaps: dict | None = None, slow: dict | None = None):
+    """Skip the named tests of a class, each with the reason it is not run."""
+    def decorate(cls):
+        reasons = {name: f"not applicable: {why}" for name, why in (not_applicable or {}).items()}
+        reasons.update({name: f"missing API: {why}" for name, why in (missing or {}).items()})
+        if not RUN_GAPS:
+            reasons.update({name: f"fiberlite gap: {why}" for name, why in (gaps or {}).items()})
+        if not RUN_SLOW:
+            reasons.update({name: f"slow ({why}): FIBERLITE_CONFORMANCE_SLOW=1 runs it"
+                            for name, why in (slow or {}).items()})
+        for name, reason in reasons.items():
+            assert hasattr(cls, name), f"{cls.__name__} has no test {name}"
+            setattr(cls, name, unittest.skip(reason)(getattr(cls, name)))
+        return cls
+    return decorate
+
+
+# -- processes ------------------------------------------------------------------------------
+@select(
+    not_applicable={
+        "test_forkserver_sigint": FORKSERVER,
+        "test_forkserver_sigkill": FORKSERVER,
+    },
+    gaps={
+        "test_parent_process": "by design: a job exits as soon as its parent is gone (no "
+                               "orphans), so the grandchild never reports 'not alive'",
+    },
+    slow={
+        "test_many_processes": "10 jobs",
+        "test_error_on_stdio_flush_1": "4 jobs",
+        "test_error_on_stdio_flush_2": "4 jobs",
+        "test_child_fd_inflation": "5 jobs",
+        "test_set_executable": "3 jobs",
+    })
+class TestProcess(FiberliteMixin, cpy._TestProcess, unittest.TestCase):
+    # CPython's two helpers import the stdlib's parent_process() in the child
+    @classmethod
+    def _test_send_parent_process(cls, wconn):
+        wconn.send([cls.parent_process().pid, cls.parent_process().name])
+
+    @classmethod
+    def _test_report_parent_status(cls, wconn):
+        parent = cls.parent_process()
+        wconn.send("alive" if parent.is_alive() else "not alive")
+        parent.join(timeout=10)
+        wconn.send("alive" if parent.is_alive() else "not alive")
+
+
+class FiberliteUpperCaser(fiberlite.Process):
+    """CPython's ``_UpperCaser`` (a Process subclass with its own ``run``), with
+    fiberlite's Process as its base; its methods are CPython's."""
+
+    __init__ = cpy._UpperCaser.__init__  # calls multiprocessing.Process.__init__ / Pipe()
+    run = cpy._UpperCaser.run
+    submit = cpy._UpperCaser.submit
+    stop = cpy._UpperCaser.stop
+
+
+class TestSubclassingProcess(FiberliteMixin, cpy._TestSubclassingProcess, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.enterContext(mock.patch.object(cpy, "_UpperCaser", FiberliteUpperCaser))
+
+
+# -- queues ---------------------------------------------------------------------------------
+@select(not_applicable={
+    "test_queue_feeder_donot_stop_onexc":
+        FEEDER + " (an unpicklable item is dropped there); fiberlite pickles in put() "
+        "and raises to the caller",
+    "test_queue_feeder_on_queue_feeder_error":
+        FEEDER + "'s private hook _on_queue_feeder_error",
+    "test_no_import_lock_contention":
+        "the module it writes and imports uses the stdlib's multiprocessing by name",
+})
+class TestQueue(FiberliteMixin, cpy._TestQueue, unittest.TestCase):
+    pass
+
+
+@select(not_applicable={"test_closed": "checks private attributes _reader/_writer"})
+class TestSimpleQueue(cpy.TestSimpleQueue):
+    def setUp(self):
+        _use_fiberlite(self)
+
+
+# -- synchronization ----------------------------------------------------------------------
+class TestLock(FiberliteMixin, cpy._TestLock, unittest.TestCase):
+    pass
+
+
+class TestSemaphore(FiberliteMixin, cpy._TestSemaphore, unittest.TestCase):
+    pass
+
+
+@select(gaps={
+    "test_wait_result": "KeyboardInterrupt in Condition.wait() leaves the lock released: "
+                        "NotOwnedError when the with-block exits",
+})
+class TestCondition(FiberliteMixin, cpy._TestCondition, unittest.TestCase):
+    def check_invariant(self, cond):
+        """CPython's reads the private semaphores of the stdlib's Condition; fiberlite's
+        repr states its sleepers: none must be left."""
+        self.assertTrue(repr(cond).endswith(", 0)>"), repr(cond))
+
+    def test_wait_result_no_sigint(self):
+        """``test_wait_result`` without its SIGINT part (CPython skips that part when
+        the test case is not a ProcessesMixin)."""
+        with mock.patch.object(cpy, "ProcessesMixin", type("NotProcesses", (), {})):
+            cpy._TestCondition.test_wait_result(self)
+
+
+class TestEvent(FiberliteMixin, cpy._TestEvent, unittest.TestCase):
+    pass
+
+
+class SharedCounter:
+    """Stands in for CPython's ``_DummyList`` (a length in stdlib heap memory, passed by
+    file descriptor): ``append`` adds one, ``len`` reads it."""
+
+    def __init__(self) -> None:
+        self._count = fiberlite.Value("i", 0)
+
+    def append(self, _item) -> None:
+        with self._count.get_lock():
+            self._count.value += 1
+
+    def __len__(self) -> int:
+        return self._count.value
+
+
+@select(slow={"test_thousand": "5 jobs pass a barrier 1000 times, ~6 s"})
+class TestBarrier(FiberliteMixin, cpy._TestBarrier, unittest.TestCase):
+    def DummyList(self):
+        return SharedCounter()
+
+
+# -- shared memory --------------------------------------------------------------------------
+class TestValue(FiberliteMixin, cpy._TestValue, unittest.TestCase):
+    pass
+
+
+class TestArray(FiberliteMixin, cpy._TestArray, unittest.TestCase):
+    pass
+
+
+@select(missing={"test_copy": "fiberlite.sharedctypes has no copy()"})
+class TestSharedCTypes(FiberliteMixin, cpy._TestSharedCTypes, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        # CPython's test calls the stdlib's sharedctypes.Value by its module-level name
+        self.enterContext(mock.patch.object(cpy, "Value", fiberlite.Value))
+
+
+# -- pipes ----------------------------------------------------------------------------------
+@select(
+    not_applicable={
+        "test_fd_transfer": FDS,
+        "test_large_fd_transfer": FDS,
+        "test_missing_fd_transfer": FDS,
+    },
+    gaps={"test_connection": "Connection.fileno() raises OSError (no file descriptor)"})
+class TestConnection(FiberliteMixin, cpy._TestConnection, unittest.TestCase):
+    def test_connection_except_fileno(self):
+        """``test_connection`` with ``fileno()`` answering an int: all the rest
+        (send/recv, recv_bytes_into, BufferTooShort, poll, 16 MiB, EOF) must hold."""
+        with mock.patch.object(fiberlite.connection.Connection, "fileno", lambda self: -1):
+            cpy._TestConnection.test_connection(self)
+
+
+class TestPoll(FiberliteMixin, cpy._TestPoll, unittest.TestCase):
+    pass
+
+
+@select(missing={"test_pickling": NO_CONNECTION_MODULE + " and socket pickling"})
+class TestPicklingConnections(FiberliteMixin, cpy._TestPicklingConnections, unittest.TestCase):
+    pass
+
+
+@select(missing={"test_ignore_listener": NO_CONNECTION_MODULE})
+class TestIgnoreEINTR(cpy.TestIgnoreEINTR):
+    def setUp(self):
+        _use_fiberlite(self)
