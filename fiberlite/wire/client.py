@@ -185,6 +185,33 @@ class Client:
         finally:
             self._leave()
 
+    def begin(self, message: Any) -> pynng.Context:
+        """Send ``message`` now and return a handle; :meth:`finish` waits for its reply.
+
+        Lets one thread keep a request in flight while it works (the Pool's workers
+        ask for their next batch this way). Each handle must be finished exactly once.
+        """
+        frame = codec.encode(message)
+        self._enter()
+        try:
+            ctx = self._context()
+            try:
+                self._send(ctx, frame)
+            except pynng.NNGException:
+                self._discard(ctx)
+                raise self._lost_error() from None
+            return ctx
+        finally:
+            self._leave()
+
+    def finish(self, ctx: pynng.Context) -> Any:
+        """The decoded reply ``(ok, value)`` to the request :meth:`begin` sent on ``ctx``."""
+        self._enter()
+        try:
+            return self._receive(ctx)
+        finally:
+            self._leave()
+
     def cast(self, message: Any) -> None:
         """Send ``message`` without waiting for its reply.
 

@@ -1,0 +1,367 @@
+"""Pool: the multiprocessing.pool.Pool API, compared with the stdlib's documented results."""
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import multiprocessing.pool
+import os
+import sys
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+import fiberlite
+from fiberlite.errors import RemoteTraceback
+from fiberlite.pool import MaybeEncodingError, Pool
+
+pytestmark = pytest.mark.timeout(60)
+
+# Tasks travel by value, as functions of a user's __main__ do: workers need not import this file.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class CustomError(Exception):
+    pass
+
+
+def square(x):
+    return x * x
+
+
+def add(a, b=0):
+    return a + b
+
+
+def fail_on(x, bad=3):
+    if x == bad:
+        raise CustomError(f"bad item {x}")  # the remote line
+    return x
+
+
+def nap(seconds, value=None):
+    time.sleep(seconds)
+    return value
+
+
+def pid_after(seconds=0.0):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def read_global(_=None):
+    return INITIALIZED
+
+
+def set_global(value):
+    global INITIALIZED
+    INITIALIZED = value
+
+
+INITIALIZED = None
+
+
+def return_lock():
+    return threading.Lock()
+
+
+def raising_generator(total, when):
+    for i in range(total):
+        if i == when:
+            raise CustomError("the input failed")
+        yield i
+
+
+@pytest.fixture
+def pool():
+    with Pool(2) as p:
+        yield p
+    p.join()
+
+
+def test_map_and_starmap_match_builtin(pool):
+    data = list(range(57))
+    assert pool.map(square, data) == [square(x) for x in data]
+    for chunksize in (1, 5, 100):
+        assert pool.map(square, data, chunksize) == [square(x) for x in data]
+    assert pool.map(square, (x for x in data)) == [square(x) for x in data]  # no __len__
+    assert pool.map(square, []) == []
+    assert pool.map_async(square, data).get(30) == [square(x) for x in data]
+    pairs = [(i, i + 1) for i in range(20)]
+    assert pool.starmap(add, pairs) == list(itertools.starmap(add, pairs))
+    assert pool.starmap_async(add, pairs, 3).get(30) == list(itertools.starmap(add, pairs))
+    with pytest.raises(ValueError, match="Chunksize"):
+        pool.map(square, data, 0)
+
+
+def test_apply(pool):
+    assert pool.apply(add, (2,), {"b": 3}) == 5
+    result = pool.apply_async(square, (7,))
+    assert result.get(30) == 49
+    assert result.ready() and result.successful()
+    assert isinstance(result, fiberlite.pool.AsyncResult)
+
+
+def test_imap_and_imap_unordered(pool):
+    data = list(range(40))
+    assert list(pool.imap(square, data)) == [square(x) for x in data]
+    assert list(pool.imap(square, data, chunksize=7)) == [square(x) for x in data]
+    assert sorted(pool.imap_unordered(square, data, 3)) == [square(x) for x in data]
+    assert list(pool.imap(square, [])) == []
+    it = pool.imap(square, iter(range(3)))
+    assert [it.next(timeout=30) for _ in range(3)] == [0, 1, 4]
+    with pytest.raises(StopIteration):
+        it.next(timeout=30)
+
+
+def test_input_that_raises(pool):
+    with pytest.raises(CustomError):
+        pool.map(square, raising_generator(10, 3))
+    it = pool.imap(square, raising_generator(20, 7), 2)
+    assert [next(it) for _ in range(6)] == [square(i) for i in range(6)]
+    with pytest.raises(CustomError):
+        next(it)
+    it = pool.imap_unordered(square, raising_generator(10, 0))
+    with pytest.raises(CustomError):
+        next(it)
+
+
+def test_task_exception_type_and_remote_traceback(pool):
+    with pytest.raises(CustomError) as info:
+        pool.apply(fail_on, (3,))
+    exc = info.value
+    assert exc.args == ("bad item 3",)
+    assert type(exc.__cause__) is RemoteTraceback
+    assert "the remote line" in exc.__cause__.tb
+    assert "fail_on" in str(exc.__cause__)
+    # a failed map raises the first error, after every chunk has finished
+    result = pool.map_async(fail_on, range(10), 1)
+    with pytest.raises(CustomError):
+        result.get(30)
+    assert result.ready() and not result.successful()
+    # imap raises at the failing position and goes on
+    it = pool.imap(fail_on, range(6))
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(CustomError):
+        next(it)
+    assert list(it) == [4, 5]
+
+
+def test_callbacks(pool):
+    got = []
+    done = threading.Event()
+
+    def callback(value):
+        got.append(("ok", value))
+        done.set()
+
+    def error_callback(exc):
+        got.append(("error", type(exc)))
+        done.set()
+
+    pool.apply_async(square, (4,), callback=callback).wait(30)
+    assert done.wait(30) and got == [("ok", 16)]
+    done.clear()
+    pool.apply_async(fail_on, (3,), error_callback=error_callback).wait(30)
+    assert done.wait(30) and got[-1] == ("error", CustomError)
+    done.clear()
+    pool.map_async(square, range(5), callback=callback).wait(30)
+    assert done.wait(30) and got[-1] == ("ok", [0, 1, 4, 9, 16])
+    done.clear()
+    pool.map_async(fail_on, range(5), error_callback=error_callback).wait(30)
+    assert done.wait(30) and got[-1] == ("error", CustomError)
+    done.clear()
+    pool.map_async(square, [], callback=callback)
+    assert done.wait(30) and got[-1] == ("ok", [])
+
+
+def test_get_timeout_and_not_ready(pool):
+    result = pool.apply_async(nap, (1.0, "late"))
+    with pytest.raises(ValueError):
+        result.successful()
+    assert not result.ready()
+    started = time.monotonic()
+    with pytest.raises(multiprocessing.TimeoutError):
+        result.get(timeout=0.1)
+    assert time.monotonic() - started < 0.9
+    assert fiberlite.TimeoutError is multiprocessing.TimeoutError
+    it = pool.imap(nap, [1.0])
+    with pytest.raises(fiberlite.TimeoutError):
+        it.next(timeout=0.05)
+    assert result.get(30) == "late"
+
+
+def test_long_tasks_spread_over_all_workers():
+    """Pull dispatch: 8 tasks of 0.5 s on 4 workers run 4 at a time (the ancestor ran them on one)."""
+    with Pool(4) as pool:
+        assert len(pool.map(square, range(8))) == 8  # all four workers are up
+        started = time.monotonic()
+        results = [pool.apply_async(pid_after, (0.5,)) for _ in range(8)]
+        pids = [r.get(30) for r in results]
+        elapsed = time.monotonic() - started
+    pool.join()
+    assert len(set(pids)) == 4
+    assert elapsed < 1.8, f"8 tasks of 0.5 s on 4 workers took {elapsed:.2f} s"
+
+
+def test_short_tasks_queued_behind_a_long_one_are_given_back():
+    """A worker running an unexpectedly long task gives back the chunks it prefetched."""
+    tasks = [0.002] * 60 + [1.5] + [0.002] * 40
+    with Pool(2) as pool:
+        pool.map(square, range(4))
+        finished = list(pool.imap_unordered(_nap_index, list(enumerate(tasks))))
+    pool.join()
+    assert sorted(finished) == list(range(len(tasks)))
+    assert finished[-1] == 60, "short tasks waited behind the long one"
+
+
+def _nap_index(pair):
+    index, seconds = pair
+    time.sleep(seconds)
+    return index
+
+
+def test_imap_reads_an_endless_input_lazily():
+    pulled = itertools.count()
+
+    def endless():
+        for i in itertools.count():
+            next(pulled)
+            yield i
+
+    with Pool(2) as pool:
+        it = pool.imap(square, endless())
+        assert [next(it) for _ in range(1000)] == [square(i) for i in range(1000)]
+        ahead = next(pulled) - 1000
+    pool.join()
+    window = fiberlite.pool.IMAP_WINDOW
+    assert ahead <= window, f"imap read {ahead} items ahead of its consumer (window {window})"
+
+
+def test_initializer_runs_in_every_worker():
+    with Pool(2, initializer=set_global, initargs=("ready",)) as pool:
+        assert set(pool.map(read_global, range(8), 1)) == {"ready"}
+    pool.join()
+
+
+def test_maxtasksperchild_replaces_workers():
+    with Pool(2, maxtasksperchild=3) as pool:
+        pids = [pool.apply_async(pid_after).get(30) for _ in range(12)]
+        assert len(set(pids)) >= 4
+        assert pool.map(square, range(50), 1) == [square(x) for x in range(50)]
+    pool.join()
+    for value in (0, -1, 0.5, "12"):
+        with pytest.raises(ValueError):
+            Pool(1, maxtasksperchild=value)
+
+
+def test_pool_arguments():
+    with pytest.raises(ValueError):
+        Pool(0)
+    with pytest.raises(TypeError):
+        Pool(1, initializer=3)
+    context = fiberlite.get_context("local")
+    with Pool(context=context) as pool:
+        assert len(pool._pool) == os.cpu_count()
+        assert all(isinstance(p, context.Process) for p in pool._pool)
+        assert pool.apply(square, (3,)) == 9
+    pool.join()
+
+
+def test_close_join_and_use_after_close():
+    pool = Pool(2)
+    result = pool.map_async(nap, [0.2] * 4, 1)
+    with pytest.raises(ValueError):
+        pool.join()  # still running
+    pool.close()
+    with pytest.raises(ValueError, match="Pool not running"):
+        pool.apply_async(square, (1,))
+    with pytest.raises(ValueError, match="Pool not running"):
+        pool.map(square, [1])
+    pool.join()  # waits for the submitted work, then for the workers to exit
+    assert result.successful() and result.get() == [None] * 4
+    assert pool._pool == []
+    assert fiberlite.active_children() == []
+
+
+def test_context_manager_terminates():
+    with Pool(2) as pool:
+        pending = pool.map_async(nap, [5] * 4, 1)
+    pool.join()
+    assert fiberlite.active_children() == []
+    with pytest.raises(fiberlite.ProcessError):
+        pending.get(5)  # it will never complete: it says so instead of hanging
+    with pytest.raises(ValueError):
+        with pool:
+            pass
+    with pytest.raises(NotImplementedError):
+        cloudpickle.dumps(pool)
+
+
+class CountedFunction:
+    """A callable that counts how often the master pickles it."""
+
+    pickled = 0
+
+    def __call__(self, x):
+        return x + 1
+
+    def __reduce__(self):
+        CountedFunction.pickled += 1
+        return (CountedFunction, ())
+
+
+def test_function_is_pickled_once_per_call(pool):
+    CountedFunction.pickled = 0
+    assert pool.map(CountedFunction(), range(200), chunksize=1) == list(range(1, 201))
+    assert CountedFunction.pickled == 1
+
+
+def test_unpicklable_function_and_arguments(pool):
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="function .* cannot be pickled"):
+        pool.map(lambda x: lock, range(3))
+    with pytest.raises(TypeError, match="argument 1 .*lock.* cannot be pickled"):
+        pool.apply_async(add, (1, lock))
+    with pytest.raises(TypeError, match="item 2 of the iterable"):
+        pool.map(square, [1, 2, lock, 4], 1)
+
+    class Refuses:
+        def __reduce__(self):
+            raise RuntimeError("cannot pickle")
+
+    with pytest.raises(RuntimeError, match="cannot be pickled"):  # the stdlib's test: same type
+        pool.map(square, [Refuses()] * 10)
+    assert pool.map(square, [1, 2]) == [1, 4]  # the pool is fine
+
+
+def test_unpicklable_result(pool):
+    for _ in range(3):
+        result = pool.apply_async(return_lock)
+        with pytest.raises(MaybeEncodingError):
+            result.get(30)
+    assert multiprocessing.pool.MaybeEncodingError is MaybeEncodingError
+    assert pool.apply(square, (5,)) == 25
+
+
+def test_module_level_pool_and_repr():
+    pool = fiberlite.Pool(1)
+    try:
+        assert "state=RUN" in repr(pool)
+        assert pool.apply(add, (1, 2)) == 3
+    finally:
+        pool.terminate()
+        pool.join()
+    assert "state=TERMINATE" in repr(pool)
+
+
+def test_imap_results_read_after_close_and_join():
+    """close(); join(); then read: the read-ahead window does not apply to a closed pool."""
+    pool = Pool(2)
+    it = pool.imap(square, range(2000))
+    unordered = pool.imap_unordered(square, range(2000), 3)
+    pool.close()
+    pool.join()
+    assert list(it) == [square(x) for x in range(2000)]
+    assert sorted(unordered) == [square(x) for x in range(2000)]
