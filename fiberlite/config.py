@@ -177,10 +177,10 @@ def adopt(values: dict[str, Any]) -> None:
         _resolved = None
 
 
-def listen_host() -> str:
-    """The address other jobs use to reach this process."""
+def listen_host(backend: str | None = None) -> str:
+    """The address jobs of ``backend`` (default: the configured one) use to reach this process."""
     host = get("listen_host")
     if host:
         return host
     from .backends import get_backend
-    return get_backend(get("backend")).listen_host()
+    return get_backend(backend or get("backend")).listen_host()

@@ -41,6 +41,12 @@ class BaseContext:
     def backend(self) -> str:
         return self._backend or config.get("backend")
 
+    def _serve(self) -> None:
+        """Start this process's hub where this context's jobs can reach it."""
+        if self._backend is not None:
+            from .hub import get_hub
+            get_hub(self._backend)
+
     # -- processes -----------------------------------------------------------------------
     current_process = staticmethod(process.current_process)
     parent_process = staticmethod(process.parent_process)
@@ -106,55 +112,68 @@ class BaseContext:
 
     # -- communication ----------------------------------------------------------------------
     def Pipe(self, duplex: bool = True):
+        self._serve()
         from .connection import Pipe
         return Pipe(duplex)
 
     def Queue(self, maxsize: int = 0):
+        self._serve()
         from .queues import Queue
         return Queue(maxsize, ctx=self)
 
     def JoinableQueue(self, maxsize: int = 0):
+        self._serve()
         from .queues import JoinableQueue
         return JoinableQueue(maxsize, ctx=self)
 
     def SimpleQueue(self):
+        self._serve()
         from .queues import SimpleQueue
         return SimpleQueue(ctx=self)
 
     # -- synchronization and shared memory ------------------------------------------------------
     def Lock(self):
+        self._serve()
         from .synchronize import Lock
         return Lock(ctx=self)
 
     def RLock(self):
+        self._serve()
         from .synchronize import RLock
         return RLock(ctx=self)
 
     def Condition(self, lock: Any = None):
+        self._serve()
         from .synchronize import Condition
         return Condition(lock, ctx=self)
 
     def Semaphore(self, value: int = 1):
+        self._serve()
         from .synchronize import Semaphore
         return Semaphore(value, ctx=self)
 
     def BoundedSemaphore(self, value: int = 1):
+        self._serve()
         from .synchronize import BoundedSemaphore
         return BoundedSemaphore(value, ctx=self)
 
     def Event(self):
+        self._serve()
         from .synchronize import Event
         return Event(ctx=self)
 
     def Barrier(self, parties: int, action: Any = None, timeout: float | None = None):
+        self._serve()
         from .synchronize import Barrier
         return Barrier(parties, action, timeout, ctx=self)
 
     def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True):
+        self._serve()
         from .sharedctypes import Value
         return Value(typecode_or_type, *args, lock=lock, ctx=self)
 
     def Array(self, typecode_or_type: Any, size_or_initializer: Any, *, lock: Any = True):
+        self._serve()
         from .sharedctypes import Array
         return Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
 

@@ -131,17 +131,35 @@ _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
 
 
-def get_hub() -> Hub:
-    """This process's hub, started on first use on the backend's listen address."""
+def get_hub(backend: str | None = None) -> Hub:
+    """This process's hub, started on first use where jobs of ``backend`` (default: the
+    configured one) can reach it. A hub already listening only on loopback cannot serve
+    jobs of a backend that needs another address: that is a clear error."""
     global _hub
     hub = _hub
     if hub is None:
         with _hub_lock:
             if _hub is None:
                 from .config import listen_host
-                _hub = Hub(listen_host())
+                _hub = Hub(listen_host(backend))
             hub = _hub
+    elif backend is not None:
+        _check_reachable(hub, backend)
     return hub
+
+
+def _check_reachable(hub: Hub, backend: str) -> None:
+    from .config import listen_host
+    host = hub.address[len("tcp://"):].rsplit(":", 1)[0]
+    if host.startswith("127.") or host in ("localhost", "::1"):
+        wanted = listen_host(backend)
+        if not (wanted.startswith("127.") or wanted in ("localhost", "::1")):
+            from .errors import BackendError
+            raise BackendError(
+                f"this process already serves its queues and pipes on {host}, which jobs of the "
+                f"{backend!r} backend cannot reach: make {backend!r} the configured backend "
+                f"(FIBERLITE_BACKEND or fiberlite.init(backend=...)) or set listen_host before "
+                f"creating any Queue, Pipe, lock or job")
 
 
 def current_hub() -> Hub | None:

@@ -125,7 +125,8 @@ class Launch:
     def __init__(self, process: Any) -> None:
         backend_name = process._backend_name or config.get("backend")
         self.backend = get_backend(backend_name)
-        hub = get_hub()
+        self.backend.preflight()
+        hub = get_hub(backend_name)
         process_payload = pack_process(process)
         self.channel = JobChannel(Payload.pack(preparation(process)), process_payload)
         self.ref = hub.register(self.channel)

@@ -76,6 +76,10 @@ class Backend(abc.ABC):
     def listen_host(self) -> str:
         """The address at which jobs of this backend can reach the current process."""
 
+    def preflight(self) -> None:
+        """Raise :class:`~fiberlite.errors.BackendError` now if no job could be created
+        (no daemon, no cluster configuration...), before anything is sent anywhere."""
+
     def sentinel(self, job: Job) -> int | None:
         """A file descriptor that becomes readable when the job ends, if the backend has one."""
         return None

@@ -1,0 +1,4 @@
+"""``python -m fiberlite.cli`` = the ``fiberlite`` command."""
+from . import main
+
+main()
