@@ -1,0 +1,48 @@
+"""Every example runs, and computes what it says."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def run_example(name: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args],
+                          capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_quickstart():
+    out = run_example("quickstart.py")
+    assert "squares: [0, 1, 4, 9, 16, 25" in out and "361]" in out
+    assert "pipe: pong from Process-" in out and "exit codes: [0, 0, 0, 0, 0]" in out
+
+
+def test_pi_estimation():
+    out = run_example("pi_estimation.py", "20", "20000")
+    estimate = float(re.search(r"pi is about ([0-9.]+)", out).group(1))
+    assert abs(estimate - 3.14159) < 0.02
+
+
+def test_evolution_strategies_improves_fitness():
+    out = run_example("evolution_strategies.py", "30")
+    start, final = map(float, re.search(r"fitness: (-?[0-9.]+) -> (-?[0-9.]+)", out).groups())
+    assert final > start / 20  # at least a twentyfold smaller distance to the target
+
+
+def test_producer_consumer():
+    out = run_example("producer_consumer.py")
+    assert out.startswith("100 results") and str(sum(i * i for i in range(99))) in out
+
+
+def test_shared_state():
+    out = run_example("shared_state.py")
+    assert "33 words seen" in out and "'the' counted 9 times" in out
