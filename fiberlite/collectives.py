@@ -1,0 +1,418 @@
+"""The algorithms behind :class:`fiberlite.ring.Member`'s collectives, and the
+flattening of nested data they work on.
+
+An algorithm talks to its peers through a *transport* (the member) with::
+
+    rank, world_size
+    send(dst, tag, obj)      # one-way; messages to one destination stay in order
+    recv(src, tag) -> obj    # the message from ``src`` with ``tag`` (waits for it)
+
+- :func:`ring_reduce`: bandwidth-optimal ring reduce-scatter, optionally followed by
+  the ring all-gather (together: ring all-reduce). N-1 steps each; every segment is
+  cut into chunks that move on as soon as they are reduced (pipelined).
+- :func:`bruck_allgather`: every rank's object to every rank in ceil(log2 N) rounds,
+  N-1 blocks sent per rank (latency- and bandwidth-optimal; objects may differ in size).
+- :func:`tree_broadcast`: binomial tree from the source, ceil(log2 N) rounds.
+
+Data: :func:`flatten` turns nested dict/list/tuple of numpy arrays, torch tensors and
+Python numbers into flat numpy arrays plus a function that rebuilds the structure;
+:func:`fuse` packs the leaves into one buffer per dtype (Horovod-style tensor fusion).
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+OPS: dict[str, np.ufunc] = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
+CHUNK_BYTES = 4 << 20      # ring messages carry at most this many bytes, and at least a
+                           # quarter of it, aiming at 4 chunks per segment (pipelining)
+SEND_AHEAD = 2             # step-0 chunks a rank sends before it waits for the first one
+SMALL_BYTES = 256 << 10    # per-dtype buffers up to this size use all-gather + local reduce
+INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
+
+
+class Transport(Protocol):
+    rank: int
+    world_size: int
+
+    def send(self, dst: int, tag: Any, obj: Any) -> None: ...
+
+    def recv(self, src: int, tag: Any) -> Any: ...
+
+
+def ufunc_of(op: str) -> np.ufunc:
+    try:
+        return OPS[op]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown reduction op {op!r}; use one of {', '.join(map(repr, OPS))}") from None
+
+
+# -- nested data ----------------------------------------------------------------------------
+Restore = Callable[[np.ndarray, str, bool], Any]   # (flat values, op, shard) -> leaf
+
+
+def flatten(data: Any, what: str = "all_reduce") -> tuple[list[np.ndarray], Callable[..., Any]]:
+    """The leaves of ``data`` as 1-D numpy arrays, and ``rebuild(values, op, shard=False)``
+    that puts result arrays (same order) back into ``data``'s structure and types."""
+    leaves: list[np.ndarray] = []
+
+    def walk(obj: Any, path: str) -> Callable[[list, str, bool], Any]:
+        if obj is None:
+            return lambda values, op, shard: None
+        if isinstance(obj, dict):
+            keys = list(obj)
+            parts = [walk(obj[k], f"{path}[{k!r}]") for k in keys]
+
+            def rebuild_dict(values, op, shard, obj=obj, keys=keys, parts=parts):
+                items = [(k, p(values, op, shard)) for k, p in zip(keys, parts, strict=True)]
+                if type(obj) is dict:
+                    return dict(items)
+                try:
+                    out = copy.copy(obj)
+                    out.clear()
+                    out.update(items)
+                    return out
+                except Exception:
+                    return dict(items)
+            return rebuild_dict
+        if isinstance(obj, (list, tuple)):
+            parts = [walk(item, f"{path}[{i}]") for i, item in enumerate(obj)]
+
+            def rebuild_seq(values, op, shard, obj=obj, parts=parts):
+                items = [p(values, op, shard) for p in parts]
+                kind = type(obj)
+                if kind is list or kind is tuple:
+                    return kind(items)
+                try:
+                    return kind(*items) if hasattr(obj, "_fields") else kind(items)
+                except Exception:
+                    return list(items) if isinstance(obj, list) else tuple(items)
+            return rebuild_seq
+        array, restore = _leaf(obj, path, what)
+        index = len(leaves)
+        leaves.append(array)
+        return lambda values, op, shard: restore(values[index], op, shard)
+
+    top = walk(data, "data")
+
+    def rebuild(values: Sequence[np.ndarray], op: str, shard: bool = False) -> Any:
+        return top(list(values), op, shard)
+    return leaves, rebuild
+
+
+def _leaf(obj: Any, path: str, what: str) -> tuple[np.ndarray, Restore]:
+    if isinstance(obj, np.ndarray):
+        _check_dtype(obj.dtype, path, what)
+        shape = obj.shape
+        return obj.reshape(-1), lambda x, op, shard: x if shard else x.reshape(shape)
+    if isinstance(obj, np.generic):
+        _check_dtype(obj.dtype, path, what)
+        return np.asarray(obj).reshape(1), lambda x, op, shard: x if shard else x.reshape(())[()]
+    if isinstance(obj, bool):
+        def restore_bool(x, op, shard):
+            if shard:
+                return x
+            value = x[0].item()
+            return bool(value) if op in ("max", "min") else value
+        return np.array([int(obj)], np.int64), restore_bool
+    if isinstance(obj, int):
+        if not INT64_RANGE[0] <= obj <= INT64_RANGE[1]:
+            raise OverflowError(f"{what}: the Python int at {path} does not fit in 64 bits")
+        return np.array([obj], np.int64), _restore_number
+    if isinstance(obj, float):
+        return np.array([obj], np.float64), _restore_number
+    if isinstance(obj, complex):
+        return np.array([obj], np.complex128), _restore_number
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return _tensor_leaf(torch, obj)
+    raise TypeError(f"{what}: cannot reduce a {type(obj).__name__} at {path}; leaves must be "
+                    "numpy arrays, torch tensors or numbers, in dicts, lists and tuples "
+                    "(use all_gather or broadcast for other objects)")
+
+
+def _restore_number(x: np.ndarray, op: str, shard: bool) -> Any:
+    return x if shard else x[0].item()
+
+
+def _check_dtype(dtype: np.dtype, path: str, what: str) -> None:
+    if dtype.kind not in "biufc":
+        raise TypeError(f"{what}: cannot reduce an array of dtype {dtype} at {path}; "
+                        "use numbers (bool, int, float, complex dtypes)")
+
+
+def _tensor_leaf(torch: Any, tensor: Any) -> tuple[np.ndarray, Restore]:
+    device, dtype, shape = tensor.device, tensor.dtype, tuple(tensor.shape)
+    host = tensor.detach()
+    if host.device.type != "cpu":
+        host = host.cpu()  # GPU tensors travel through host memory
+    try:
+        array = host.contiguous().numpy()
+        converted = False
+    except TypeError:  # bfloat16 and other dtypes numpy lacks
+        array = host.to(torch.float32).contiguous().numpy()
+        converted = True
+
+    def restore(x: np.ndarray, op: str, shard: bool) -> Any:
+        out = torch.from_numpy(x if shard else x.reshape(shape))
+        if converted and out.dtype == torch.float32:
+            out = out.to(dtype)
+        if device.type != "cpu":
+            out = out.to(device)
+        return out
+    return array.reshape(-1), restore
+
+
+class OnDevice:
+    """A tensor that lived on an accelerator, carried in host memory."""
+
+    __slots__ = ("tensor", "device_type")
+
+    def __init__(self, tensor: Any, device_type: str) -> None:
+        self.tensor = tensor
+        self.device_type = device_type
+
+    def __reduce__(self):
+        return (OnDevice, (self.tensor, self.device_type))
+
+
+def _map_tensors(obj: Any, fn: Callable[[Any], Any], kind: type) -> Any:
+    if isinstance(obj, kind):
+        return fn(obj)
+    if type(obj) is dict:
+        return {k: _map_tensors(v, fn, kind) for k, v in obj.items()}
+    if type(obj) in (list, tuple):
+        return type(obj)(_map_tensors(v, fn, kind) for v in obj)
+    return obj
+
+
+def to_host(obj: Any) -> Any:
+    """``obj`` with accelerator tensors (in dicts, lists, tuples) moved to host memory."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return obj
+    return _map_tensors(obj, lambda t: OnDevice(t.detach().cpu(), t.device.type)
+                        if t.device.type != "cpu" else t, torch.Tensor)
+
+
+def from_host(obj: Any) -> Any:
+    """Undo :func:`to_host` on the receiver: tensors go to this job's current device."""
+    if sys.modules.get("torch") is None:
+        return obj
+    return _map_tensors(obj, lambda o: o.tensor.to(o.device_type), OnDevice)
+
+
+# -- fusion ------------------------------------------------------------------------------
+Where = list[tuple[int, int, int]]   # per leaf: (group, start, stop)
+
+
+def fuse(arrays: Sequence[np.ndarray]) -> tuple[list[np.ndarray], Where]:
+    """One flat buffer per dtype (dtypes in a fixed order), and where each leaf is.
+    A dtype with a single leaf keeps that leaf as its buffer (no copy: read only!)."""
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for i, a in enumerate(arrays):
+        by_dtype.setdefault(a.dtype, []).append(i)
+    where: Where = [(0, 0, 0)] * len(arrays)
+    groups = []
+    for g, dtype in enumerate(sorted(by_dtype, key=lambda d: d.str)):
+        members = by_dtype[dtype]
+        if len(members) == 1:
+            groups.append(arrays[members[0]])
+            where[members[0]] = (g, 0, arrays[members[0]].size)
+            continue
+        flat = np.empty(sum(arrays[i].size for i in members), dtype)
+        offset = 0
+        for i in members:
+            n = arrays[i].size
+            flat[offset:offset + n] = arrays[i]
+            where[i] = (g, offset, offset + n)
+            offset += n
+        groups.append(flat)
+    return groups, where
+
+
+def split_bounds(size: int, parts: int) -> list[int]:
+    """Offsets of ``parts`` nearly equal pieces of ``size`` (the first ``size % parts``
+    pieces one element longer: numpy.array_split's layout)."""
+    q, rem = divmod(size, parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + q + (1 if i < rem else 0))
+    return bounds
+
+
+def fuse_sharded(arrays: Sequence[np.ndarray], parts: int, rank: int
+                 ) -> tuple[list[np.ndarray], list[list[int]], Where]:
+    """Like :func:`fuse`, laid out shard-major for reduce-scatter: segment ``j`` of a
+    group is shard ``j`` of each of its leaves, in order. Returns the groups, their
+    segment bounds, and where ``rank``'s shard of each leaf is."""
+    by_dtype: dict[np.dtype, list[int]] = {}
+    for i, a in enumerate(arrays):
+        by_dtype.setdefault(a.dtype, []).append(i)
+    where: Where = [(0, 0, 0)] * len(arrays)
+    groups, segments = [], []
+    for g, dtype in enumerate(sorted(by_dtype, key=lambda d: d.str)):
+        members = by_dtype[dtype]
+        leaf_bounds = {i: split_bounds(arrays[i].size, parts) for i in members}
+        if len(members) == 1:  # one leaf is already shard-major
+            (i,) = members
+            groups.append(arrays[i])
+            segments.append(leaf_bounds[i])
+            where[i] = (g, leaf_bounds[i][rank], leaf_bounds[i][rank + 1])
+            continue
+        flat = np.empty(sum(arrays[i].size for i in members), dtype)
+        seg_bounds = [0]
+        offset = 0
+        for j in range(parts):
+            for i in members:
+                lo, hi = leaf_bounds[i][j], leaf_bounds[i][j + 1]
+                flat[offset:offset + hi - lo] = arrays[i][lo:hi]
+                if j == rank:
+                    where[i] = (g, offset, offset + hi - lo)
+                offset += hi - lo
+            seg_bounds.append(offset)
+        groups.append(flat)
+        segments.append(seg_bounds)
+    return groups, segments, where
+
+
+def finish_mean(flat: np.ndarray, world_size: int) -> np.ndarray:
+    """Turn a sum into a mean (integers give float64, as numpy.mean)."""
+    if flat.dtype.kind == "b":
+        raise TypeError("op='mean' is not defined for booleans")
+    if flat.dtype.kind in "iu":
+        return flat.astype(np.float64) / world_size
+    np.divide(flat, world_size, out=flat)
+    return flat
+
+
+# -- algorithms -----------------------------------------------------------------------------
+def _check_part(data: Any, part: np.ndarray, src: int, what: str) -> None:
+    if not isinstance(data, np.ndarray) or data.dtype != part.dtype or data.shape != part.shape:
+        got = (f"{data.size} values of {data.dtype}" if isinstance(data, np.ndarray)
+               else type(data).__name__)
+        raise ValueError(f"{what}: rank {src} sent {got} where {part.size} values of {part.dtype} "
+                         "were expected; every rank must pass data of the same structure, "
+                         "shapes and dtypes")
+
+
+def ring_reduce(t: Transport, flat: np.ndarray, bounds: Sequence[int], ufunc: np.ufunc,
+                tag: Any, allgather: bool = True, chunk_bytes: int | None = None,
+                what: str = "all_reduce", out: np.ndarray | None = None) -> np.ndarray:
+    """Reduce ``flat`` across the ring into ``out`` (default: in place); returns ``out``.
+
+    ``bounds`` cut ``flat`` into ``world_size`` segments. After the reduce-scatter, rank
+    ``r`` holds the reduced segment ``r``; with ``allgather`` every rank then holds every
+    reduced segment. At reduce-scatter step ``s`` rank ``r`` receives segment
+    ``r-s-2`` from its left neighbour, reduces it with its own and passes it right.
+    """
+    src = flat
+    dst = flat if out is None else out
+    n, r = t.world_size, t.rank
+    right, left = (r + 1) % n, (r - 1) % n
+    most = chunk_bytes or CHUNK_BYTES
+    segment_bytes = (bounds[1] - bounds[0]) * flat.itemsize
+    step_elems = max(1, min(most, max(most // 4, segment_bytes // 4)) // max(1, flat.itemsize))
+
+    def chunks(seg: int) -> list[tuple[int, int]]:
+        a, b = bounds[seg], bounds[seg + 1]
+        return [(s, min(s + step_elems, b)) for s in range(a, b, step_elems)]
+
+    send, recv = t.send, t.recv
+    last = n - 2
+    first = chunks((r - 1) % n)   # step 0 sends this rank's own data of segment r-1
+    sent = 0
+
+    def send_first(upto: int) -> None:
+        # a few chunks ahead of what this rank waits for: the link stays busy, and the
+        # receiver does not buffer a whole segment before anyone reduces it
+        nonlocal sent
+        while sent < min(upto, len(first)):
+            a, b = first[sent]
+            send(right, (tag, 0, 0, sent), src[a:b])
+            sent += 1
+
+    for step in range(n - 1):
+        for k, (a, b) in enumerate(chunks((r - step - 2) % n)):
+            if step == 0:
+                send_first(k + SEND_AHEAD)
+            part = dst[a:b]
+            data = recv(left, (tag, 0, step, k))
+            _check_part(data, part, left, what)
+            ufunc(src[a:b], data, out=part)
+            if step < last:
+                send(right, (tag, 0, step + 1, k), part)
+            elif allgather:  # segment r is complete: it starts the all-gather
+                send(right, (tag, 1, 0, k), part)
+        if step == 0:
+            send_first(len(first))
+    if not allgather:
+        return dst
+    for step in range(n - 1):
+        for k, (a, b) in enumerate(chunks((r - step - 1) % n)):
+            part = dst[a:b]
+            data = recv(left, (tag, 1, step, k))
+            _check_part(data, part, left, what)
+            part[...] = data
+            if step < last:
+                send(right, (tag, 1, step + 1, k), part)
+    return dst
+
+
+def bruck_allgather(t: Transport, obj: Any, tag: Any) -> list[Any]:
+    """Every rank's ``obj``, by rank. Round ``i`` sends the ``min(2**i, N - 2**i)`` blocks
+    gathered so far to rank ``r - 2**i`` and receives as many from ``r + 2**i``."""
+    n, r = t.world_size, t.rank
+    blocks = [obj]          # blocks[i] is the object of rank (r + i) % n
+    dist, rnd = 1, 0
+    while dist < n:
+        count = min(dist, n - dist)
+        t.send((r - dist) % n, (tag, rnd), blocks[:count])
+        got = t.recv((r + dist) % n, (tag, rnd))
+        if not isinstance(got, list) or len(got) != count:
+            raise RuntimeError(f"collective mismatch: rank {(r + dist) % n} is in another collective")
+        blocks.extend(got)
+        dist *= 2
+        rnd += 1
+    return [blocks[(j - r) % n] for j in range(n)]
+
+
+def tree_broadcast(t: Transport, obj: Any, src: int, tag: Any) -> Any:
+    """``src``'s ``obj`` on every rank: in round ``i`` ranks ``< 2**i`` (relative to
+    ``src``) that have it send it to the rank ``2**i`` further."""
+    n, r = t.world_size, t.rank
+    v = (r - src) % n
+    mask = 1
+    while mask < n:
+        if v < mask:
+            if v + mask < n:
+                t.send((v + mask + src) % n, tag, obj)
+        elif v < 2 * mask:
+            obj = t.recv((v - mask + src) % n, tag)
+        mask <<= 1
+    return obj
+
+
+def gather_reduce(t: Transport, groups: list[np.ndarray], ufunc: np.ufunc, tag: Any,
+                  what: str = "all_reduce",
+                  segments: list[tuple[int, int]] | None = None) -> list[np.ndarray]:
+    """Small buffers: all-gather them, then every rank reduces in rank order (so every
+    rank computes bit-identical results). With ``segments``, only ``[a, b)`` of each
+    group is reduced and returned (reduce-scatter)."""
+    everyone = bruck_allgather(t, groups, tag)
+    for src, theirs in enumerate(everyone):
+        if not isinstance(theirs, list) or len(theirs) != len(groups):
+            raise ValueError(f"{what}: rank {src} passed data of another structure")
+    out = []
+    for g, mine in enumerate(groups):
+        a, b = segments[g] if segments is not None else (0, mine.size)
+        for src, theirs in enumerate(everyone):
+            _check_part(theirs[g], mine, src, what)
+        acc = np.array(everyone[0][g][a:b], copy=True)
+        for theirs in everyone[1:]:
+            ufunc(acc, theirs[g][a:b], out=acc)
+        out.append(acc)
+    return out

@@ -1,0 +1,386 @@
+"""Ring: rendezvous, collectives against numpy references, point-to-point, faults.
+
+Each test starts one ring and runs a battery of operations inside it; the parent
+computes the references from the same deterministic inputs.
+"""
+from __future__ import annotations
+
+import collections
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import fiberlite
+from fiberlite import collectives
+from fiberlite.errors import RingError
+from fiberlite.ring import Ring, RingTimeoutError, _MemberMain
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OPS = ("sum", "mean", "max", "min")
+DTYPES = ("float32", "float64", "int64")
+# sizes: empty, fewer elements than ranks, odd, and above collectives.SMALL_BYTES
+SIZES = (0, 1, 3, 1001, 40_003)
+Point = collections.namedtuple("Point", "x y")
+
+
+def data_of(rank: int, size: int, dtype: str, salt: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(1000 * rank + 7 * size + salt)
+    if dtype == "int64":
+        return rng.integers(-1000, 1000, size=size, dtype=np.int64)
+    return rng.standard_normal(size).astype(dtype)
+
+
+def reference(stack: list[np.ndarray], op: str) -> np.ndarray:
+    arr = np.stack(stack)
+    return {"sum": lambda: arr.sum(axis=0, dtype=arr.dtype), "mean": lambda: arr.mean(axis=0),
+            "max": lambda: arr.max(axis=0, initial=None) if arr.shape[1] else arr[0],
+            "min": lambda: arr.min(axis=0) if arr.shape[1] else arr[0]}[op]()
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    if got.dtype.kind == "f":
+        tol = 1e-5 if got.dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def small_chunks() -> None:
+    # several chunks per ring segment, so the pipelining is exercised at small sizes
+    collectives.CHUNK_BYTES = 4096
+
+
+# -- targets (run in the members) -------------------------------------------------------------
+def reduce_battery(ring):
+    out = {}
+    for dtype in DTYPES:
+        for size in SIZES:
+            x = data_of(ring.rank, size, dtype)
+            for op in OPS:
+                for algorithm in (None, "ring", "gather"):
+                    out[dtype, size, op, algorithm] = ring.all_reduce(x, op=op, algorithm=algorithm)
+                    out["rs", dtype, size, op, algorithm] = ring.reduce_scatter(x, op=op, algorithm=algorithm)
+    assert np.array_equal(x, data_of(ring.rank, SIZES[-1], DTYPES[-1]))  # inputs untouched
+    return out
+
+
+def nested_battery(ring):
+    r = ring.rank
+    data = {"w": np.full((2, 3), r, np.float32), "b": [r, 2.5 * r, True, None],
+            "t": (np.int64(r), Point(np.float64(r), np.arange(5) + r)),
+            "big": np.arange(40_000, dtype=np.float64) * (r + 1), "scalar": np.array(float(r))}
+    out = {op: ring.all_reduce(data, op=op) for op in OPS}
+    out["ring"] = ring.all_reduce(data, algorithm="ring")
+    out["number"] = ring.all_reduce(r + 1)
+    out["number_mean"] = ring.all_reduce(r + 1, op="mean")
+    out["rs"] = ring.reduce_scatter({"a": np.arange(10.0) + r, "b": [np.arange(7) * r, 5]})
+    errors = []
+    for bad, kwargs in ((["text"], {}), (np.zeros(2), {"op": "prod"}), (np.zeros(2), {"algorithm": "x"}),
+                        (np.zeros(2, bool), {"op": "mean"})):
+        try:
+            ring.all_reduce(bad, **kwargs)
+        except (TypeError, ValueError) as exc:
+            errors.append(type(exc).__name__)
+    out["errors"] = errors
+    out["after_errors"] = ring.all_reduce(1)   # argument errors do not break the ring
+    out["identity"] = (ring.rank, ring.world_size, ring.local_rank, ring.local_world_size,
+                       ring.is_global_zero)
+    return out
+
+
+class Thing:
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, Thing) and other.value == self.value
+
+
+def objects_battery(ring):
+    r, n = ring.rank, ring.world_size
+    out = {}
+    src = n - 1
+    obj = {"thing": Thing(r), "fn": len, "array": np.arange(100_000) + r, "text": "x" * r}
+    out["bcast"] = ring.broadcast(obj if r == src else None, src=src)
+    out["bcast0"] = ring.broadcast(("zero", r))
+    # objects of different sizes per rank, one large
+    mine = list(range(r)) if r else np.ones(200_000, np.uint8)
+    out["gather"] = ring.all_gather(mine)
+    # point to point: many messages around the ring, in order, with two tags
+    right, left = (r + 1) % n, (r - 1) % n
+    for i in range(50):
+        ring.send((r, i), right)
+        ring.send(("other", r, i), right, tag="other")
+    ring.send(np.full(300_000, r, np.int32), right, tag="big")
+    out["p2p"] = [ring.recv(left) for _ in range(50)]
+    out["p2p_other"] = [ring.recv(left, tag="other") for _ in range(50)]
+    out["p2p_big"] = ring.recv(left, tag="big")
+    ring.send("me", r)
+    out["self"] = ring.recv(r)
+    t0 = time.monotonic()
+    try:
+        ring.recv(left, tag="never", timeout=0.3)
+    except TimeoutError as exc:
+        out["recv_timeout"] = (type(exc).__name__, time.monotonic() - t0)
+    ring.barrier("end")
+    return out
+
+
+def print_and_order(ring, path):
+    ring.print("hello from rank", ring.rank)
+    with ring.rank_zero_first():
+        if ring.rank == 0:
+            with open(path, "w") as f:
+                f.write("made by rank 0")
+            return_value = "made"
+        else:
+            with open(path) as f:   # rank 0 finished its block first
+                return_value = f.read()
+    return return_value
+
+
+def barrier_timeout(ring):
+    if ring.rank == 0:
+        t0 = time.monotonic()
+        with pytest.raises(RingTimeoutError) as info:
+            ring.barrier("late", timeout=0.5)
+        elapsed = time.monotonic() - t0
+        message = str(info.value)
+        with pytest.raises(RingError, match="earlier barrier 'late' failed"):
+            ring.all_reduce(1)       # the ring cannot line up after a timed-out collective
+        ring.send("go", 1)           # point to point still works
+        return message, elapsed, isinstance(info.value, fiberlite.TimeoutError)
+    return ring.recv(0)
+
+
+def die_during_collective(ring, size, catch):
+    if ring.rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        ring.all_reduce(np.ones(size, np.float32))
+        ring.all_reduce(np.ones(size, np.float32))
+    except RingError as exc:
+        if not catch:
+            raise
+        return str(exc), exc.rank, time.monotonic() - t0
+    return "no error"
+
+
+def fail_in_target(ring):
+    if ring.rank == 1:
+        raise ValueError("boom on rank one")
+    ring.barrier()
+
+
+def torch_battery(ring):
+    import torch
+    dist = ring.init_torch_distributed("gloo", timeout=30)
+    t = torch.arange(6, dtype=torch.float32) * (ring.rank + 1)
+    dist.all_reduce(t)
+    ours = ring.all_reduce({"f": torch.ones(3, 2) * ring.rank, "i": torch.tensor([ring.rank]),
+                            "bf": torch.full((4,), 1.5, dtype=torch.bfloat16)}, op="sum")
+    return (t.tolist(), {k: (str(v.dtype), tuple(v.shape), v.tolist()) for k, v in ours.items()},
+            dist.get_rank(), dist.get_world_size(), os.environ["MASTER_ADDR"], os.environ["LOCAL_RANK"])
+
+
+def fail_first_initializer(path):
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    raise RuntimeError("initializer failed in one member")
+
+
+def square(ring, x):
+    return x * x + ring.rank
+
+
+# -- tests --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 3])
+def test_all_reduce_and_reduce_scatter_match_numpy(n):
+    results = Ring(n, reduce_battery, initializer=small_chunks, timeout=30).run()
+    for key, got0 in results[0].items():
+        rs = key[0] == "rs"
+        dtype, size, op, _ = key[1:] if rs else key
+        want = reference([data_of(r, size, dtype) for r in range(n)], op)
+        if rs:
+            bounds = collectives.split_bounds(size, n)
+            for r in range(n):
+                assert_close(results[r][key], want[bounds[r]:bounds[r + 1]])
+        else:
+            assert_close(got0, want)
+            for r in range(1, n):   # bit-identical on every rank
+                assert np.array_equal(results[r][key], got0, equal_nan=True)
+
+
+def test_nested_structures_numbers_and_types_four_ranks():
+    n = 4
+    results = Ring(n, nested_battery, timeout=30).run()
+    out = results[1]
+    s = out["sum"]
+    assert set(s) == {"w", "b", "t", "big", "scalar"}
+    np.testing.assert_array_equal(s["w"], np.full((2, 3), 6, np.float32))
+    assert s["w"].dtype == np.float32
+    assert s["b"] == [6, 15.0, 4, None] and type(s["b"][0]) is int and type(s["b"][1]) is float
+    assert isinstance(s["t"], tuple) and isinstance(s["t"][1], Point)
+    assert s["t"][0] == 6 and isinstance(s["t"][0], np.int64)
+    assert s["t"][1].x == 6.0 and isinstance(s["t"][1].x, np.float64)
+    np.testing.assert_array_equal(s["t"][1].y, np.arange(5) * 4 + 6)
+    np.testing.assert_array_equal(s["big"], np.arange(40_000, dtype=np.float64) * 10)
+    assert s["scalar"].shape == () and s["scalar"] == 6.0
+    assert out["max"]["b"] == [3, 7.5, True, None] and out["max"]["b"][2] is True
+    assert out["min"]["b"][:2] == [0, 0.0]
+    mean = out["mean"]
+    assert mean["b"][:2] == [1.5, 3.75] and mean["w"].dtype == np.float32
+    np.testing.assert_allclose(mean["t"][1].y, np.arange(5) + 1.5)
+    np.testing.assert_array_equal(out["ring"]["big"], s["big"])
+    assert out["number"] == 10 and type(out["number"]) is int
+    assert out["number_mean"] == 2.5
+    assert out["errors"] == ["TypeError", "ValueError", "ValueError", "TypeError"]
+    assert out["after_errors"] == 4
+    # reduce_scatter of a nested structure: each leaf's shard, numpy.array_split layout
+    a = np.arange(10.0) * 4 + 6
+    b = np.arange(7) * 6
+    for r in range(n):
+        got = results[r]["rs"]
+        np.testing.assert_array_equal(got["a"], np.array_split(a, n)[r])
+        np.testing.assert_array_equal(got["b"][0], np.array_split(b, n)[r])
+        np.testing.assert_array_equal(got["b"][1], np.array([20]) if r == 0 else np.array([], np.int64))
+    assert [r["identity"] for r in results] == [(r, 4, r, 4, r == 0) for r in range(4)]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_broadcast_all_gather_and_point_to_point(n):
+    results = Ring(n, objects_battery, timeout=30).run()
+    for r, out in enumerate(results):
+        b = out["bcast"]
+        assert b["thing"] == Thing(n - 1) and b["fn"] is len and b["text"] == "x" * (n - 1)
+        np.testing.assert_array_equal(b["array"], np.arange(100_000) + n - 1)
+        assert out["bcast0"] == ("zero", 0)
+        gathered = out["gather"]
+        np.testing.assert_array_equal(gathered[0], np.ones(200_000, np.uint8))
+        assert gathered[1:] == [list(range(k)) for k in range(1, n)]
+        left = (r - 1) % n
+        assert out["p2p"] == [(left, i) for i in range(50)]
+        assert out["p2p_other"] == [("other", left, i) for i in range(50)]
+        np.testing.assert_array_equal(out["p2p_big"], np.full(300_000, left, np.int32))
+        assert out["self"] == "me"
+        name, elapsed = out["recv_timeout"]
+        assert name == "RingTimeoutError" and 0.25 <= elapsed < 5
+
+
+def test_print_on_rank_zero_and_rank_zero_first(capfd, tmp_path):
+    path = str(tmp_path / "made")
+    results = Ring(3, print_and_order, args=(path,), timeout=30).run()
+    assert results == ["made", "made by rank 0", "made by rank 0"]
+    printed = capfd.readouterr().out
+    assert "hello from rank 0" in printed
+    assert "hello from rank 1" not in printed and "hello from rank 2" not in printed
+
+
+def test_barrier_timeout_raises_timeout_error():
+    (message, elapsed, is_mp_timeout), go = Ring(2, barrier_timeout, timeout=30).run()
+    assert "barrier 'late' timed out" in message and "waiting for rank 1" in message
+    assert 0.4 <= elapsed < 5
+    assert is_mp_timeout and go == "go"
+
+
+@pytest.mark.parametrize("size", [10, 3_000_000])   # the gather path and the ring path
+def test_member_death_makes_others_raise_and_join_names_it(size):
+    ring = Ring(4, die_during_collective, args=(size, True), timeout=40)
+    ring.start()
+    with pytest.raises(RingError) as info:
+        ring.join()
+    assert info.value.rank == 2 and info.value.exitcode == -signal.SIGKILL
+    assert "rank 2 died" in str(info.value) and "SIGKILL" in str(info.value)
+    reports = {r: ring._reports.get(r) for r in (0, 1, 3)}
+    assert all(report and report[0] for report in reports.values()), (reports, ring.exitcodes)
+    for message, culprit, elapsed in (report[1].unpack() for report in reports.values()):
+        assert culprit == 2 and "rank 2 left the ring" in message
+        assert elapsed < 10   # detected by a lost connection, far before the timeout
+
+
+def test_member_death_uncaught_names_first_failure():
+    ring = Ring(3, die_during_collective, args=(10, False), timeout=40)
+    with pytest.raises(RingError, match=r"rank 2 died .*; ranks 0, 1 stopped because of it") as info:
+        ring.run()
+    assert info.value.rank == 2
+    assert ring.exitcodes[:2] == [1, 1]
+
+
+def test_exception_in_target_is_reported_with_its_cause():
+    ring = Ring(3, fail_in_target, timeout=40)
+    with pytest.raises(RingError, match="rank 1 failed with ValueError: boom on rank one") as info:
+        ring.run()
+    assert info.value.rank == 1 and info.value.exitcode == 1
+    assert isinstance(info.value.__cause__, ValueError)
+    assert "boom on rank one" in str(info.value.__cause__.__cause__)   # the remote traceback
+
+
+def test_failure_before_rendezvous_releases_the_others(tmp_path):
+    ring = Ring(3, square, args=(1,), initializer=fail_first_initializer,
+                initargs=(str(tmp_path / "once"),), timeout=40)
+    t0 = time.monotonic()
+    with pytest.raises(RingError, match="failed with RuntimeError: initializer failed in one member") as info:
+        ring.run()
+    assert time.monotonic() - t0 < 20
+    others = [r for r in range(3) if r != info.value.rank]
+    assert [ring.exitcodes[r] for r in others] == [1, 1]   # released from the rendezvous with an error
+
+
+def test_run_returns_results_by_rank_and_single_member_ring():
+    assert fiberlite.Ring(3, square, args=(5,)).run() == [25, 26, 27]
+    assert fiberlite.get_context().Ring(1, nested_battery).run()[0]["number"] == 1
+
+
+def test_meta_on_target_is_carried_to_member_jobs():
+    from fiberlite.meta import requests_of
+
+    @fiberlite.meta(cpu=2, memory="1Gi")
+    def target(ring):
+        pass
+    main = _MemberMain(None, 0, 1, target, (), {}, None, (), None)
+    assert requests_of(main) == {"cpu": 2.0, "memory": 1 << 30}
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="positive number of members"):
+        Ring(0, square)
+    with pytest.raises(TypeError, match="callable"):
+        Ring(2, "not a function")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (pip install torch==2.13.0)")
+def test_init_torch_distributed_and_tensors():
+    results = Ring(2, torch_battery, timeout=60).run()
+    for r, (gloo, ours, rank, world, addr, local_rank) in enumerate(results):
+        assert gloo == [0.0, 3.0, 6.0, 9.0, 12.0, 15.0]
+        assert (rank, world, addr, local_rank) == (r, 2, "127.0.0.1", str(r))
+        assert ours["f"] == ("torch.float32", (3, 2), [[1.0, 1.0]] * 3)
+        assert ours["i"] == ("torch.int64", (1,), [1])
+        assert ours["bf"] == ("torch.bfloat16", (4,), [3.0] * 4)
+
+
+def test_training_example_matches_single_process():
+    script = os.path.join(ROOT, "examples", "ring_training.py")
+    proc = subprocess.run([sys.executable, script, "--steps", "60"], capture_output=True,
+                          text=True, timeout=50, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    ring_loss = float(re.search(r"final loss \(ring, 4 ranks\): (\S+)", proc.stdout).group(1))
+    single = float(re.search(r"final loss \(single process\): +(\S+)", proc.stdout).group(1))
+    assert abs(ring_loss - single) <= 1e-6 * abs(single)
+    assert ring_loss < 0.69   # it trained
