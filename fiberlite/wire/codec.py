@@ -127,12 +127,23 @@ def decode(frame) -> Any:
     return pickle.loads(main, buffers=buffers)
 
 
+ZERO_COPY_MIN = 256 * 1024  # from this size a received message is used in place
+
+
 def frame_from_message(msg: Message):
-    """Copy a received message's body out of nng memory, writable when it carries
-    out-of-band buffers (so received numpy arrays are writable, as in multiprocessing)."""
-    buf = msg._buffer
-    if buf is None:
-        raise ValueError("message already consumed")
-    if len(buf) >= 4 and buf[0:4] != b"\x00\x00\x00\x00":
-        return bytearray(buf)
-    return buf[:]
+    """The body of a received message as a bytes-like object.
+
+    Small messages are copied out of nng's memory. A large one that carries
+    out-of-band buffers is used in place: the message is taken over from pynng and
+    freed when the last view of it (e.g. a received numpy array) is gone; its memory
+    is writable, so received arrays are writable, as in multiprocessing.
+    """
+    size = lib.nng_msg_len(msg._nng_msg)
+    body = ffi.cast("char *", lib.nng_msg_body(msg._nng_msg))
+    if size >= ZERO_COPY_MIN and ffi.buffer(body, 4)[:] != b"\x00\x00\x00\x00":
+        with msg._mem_freed_lock:
+            if not msg._mem_freed:
+                msg._mem_freed = True  # from now on ours: freed by the gc hook below
+                owner = ffi.gc(body, lambda _p, m=msg._nng_msg: lib.nng_msg_free(m))
+                return ffi.buffer(owner, size)
+    return ffi.buffer(body, size)[:]
