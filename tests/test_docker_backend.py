@@ -482,3 +482,47 @@ def test_exit_statuses_and_events_settle_jobs():
     backend._on_event({"Action": "die", "Actor": {"ID": "c" * 64, "Attributes": {"exitCode": "0"}}})
     assert [backend.wait(j, 1) for j in handles] == [-9, -9]
     assert died.oom and vanished.gone and backend.status(handles[1]).value == "exited"
+
+
+# -- the Ring on containers -----------------------------------------------------------------------
+def ring_battery(ring):
+    import numpy as np
+    small = np.arange(10, dtype=np.float64) * (ring.rank + 1)
+    big = np.arange(300_000, dtype=np.float32) + ring.rank
+    return (ring.all_reduce(small), ring.all_reduce(big, op="max"), ring.all_reduce(big, op="mean"),
+            ring.broadcast({"from": ring.rank}, src=1), ring.all_gather(ring.rank),
+            ring.reduce_scatter(big))
+
+
+def ring_member_dies(ring):
+    import numpy as np
+    from fiberlite.errors import RingError
+    if ring.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        ring.all_reduce(np.ones(1000))
+    except RingError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_ring_collectives_on_containers(ctx):
+    import numpy as np
+    results = ctx.Ring(2, ring_battery, timeout=90).run()
+    big = [np.arange(300_000, dtype=np.float32) + r for r in range(2)]
+    for rank, (small, top, mean, bcast, gathered, shard) in enumerate(results):
+        np.testing.assert_array_equal(small, np.arange(10, dtype=np.float64) * 3)
+        np.testing.assert_array_equal(top, big[1])
+        np.testing.assert_allclose(mean, (big[0] + big[1]) / 2)
+        assert bcast == {"from": 1} and gathered == [0, 1]
+        np.testing.assert_array_equal(shard, np.array_split(big[0] + big[1], 2)[rank])
+
+
+def test_ring_member_container_killed_others_raise(ctx):
+    from fiberlite.errors import RingError
+    ring = ctx.Ring(2, ring_member_dies, timeout=60)
+    ring.start()
+    with pytest.raises(RingError) as info:
+        ring.join()
+    assert info.value.rank == 1
+    assert "rank 1" in str(info.value)
