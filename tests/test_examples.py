@@ -46,3 +46,27 @@ def test_producer_consumer():
 def test_shared_state():
     out = run_example("shared_state.py")
     assert "33 words seen" in out and "'the' counted 9 times" in out
+
+
+def test_cluster_run_on_the_local_backend():
+    out = run_example("cluster_run.py", "5")
+    assert "backend local: squares [0, 1, 4, 9, 16]" in out
+
+
+@pytest.mark.docker
+def test_cluster_run_with_fiberlite_run_on_docker():
+    from docker_env import ensure_docker
+    import docker
+    image = ensure_docker()
+    script = os.path.join(EXAMPLES, "cluster_run.py")
+    done = subprocess.run([sys.executable, "-m", "fiberlite.cli", "run", "--backend", "docker",
+                           "--image", image, script, "6"], capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "backend docker: squares [0, 1, 4, 9, 16, 25]" in done.stdout
+    run_id = re.search(r"run ([0-9a-f]+) \[docker\]", done.stderr).group(1)
+    client = docker.from_env()
+    try:
+        left = client.containers.list(all=True, filters={"label": f"fiberlite/run={run_id}"})
+        assert left == [], left
+    finally:
+        client.close()

@@ -444,3 +444,18 @@ def test_names_labels_and_exit_codes():
     assert k8s_status.outcome(pod(143), False, signal.SIGTERM).exitcode == -15
     assert k8s_status.outcome(pod(137, pod_reason="Evicted"), False, None).exitcode == -9
     assert k8s_status.outcome(pod(2), False, None) == k8s_status.Outcome(2)
+
+
+def test_cluster_run_example_on_kubernetes(kube, capfd):
+    """examples/cluster_run.py as the master pod of a run, its Pool's workers pods."""
+    from fiberlite.cli import main
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "examples", "cluster_run.py")
+    status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
+                   "--namespace", NS, "--image", IMAGE,
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", script, "5"])
+    out = capfd.readouterr().out
+    assert status == 0, out
+    assert "backend kubernetes: squares [0, 1, 4, 9, 16]" in out
+    created = [r.body["metadata"]["name"] for r in posts(kube.server, "pods")]
+    assert len(created) >= 3  # the master and its pool's two workers
