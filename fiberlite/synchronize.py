@@ -230,6 +230,27 @@ class LockServant(LockedServant):
                                                           partial(self._cond_timeout, waiter))
         self.run_actions(actions)
 
+    def op_cond_resume(self, request, pid: int, tid: int, ticket: int) -> None:
+        """A condition wait was interrupted: answer ``request`` once the caller owns the
+        lock again, at its former depth (threading re-acquires before raising too)."""
+        key = (request.peer, pid, tid)
+        with self._lock:
+            waiters = list(self.queue) + [w for ws in self.conds.values() for w in ws]
+            waiter = next((w for w in waiters if w.key == key and w.ticket == ticket and not w.done), None)
+            if waiter is None:  # the wait had already been granted: the caller owns the lock
+                actions = [request.reply]
+            else:
+                waiter.request = request
+                if waiter.timer is not None:
+                    waiter.timer.cancel()
+                    waiter.timer = None
+                if waiter.cid is not None:
+                    self._leave_condition(waiter)
+                    actions = self._line_up(waiter)
+                else:
+                    actions = []  # already lined up for the lock
+        self.run_actions(actions)
+
     def _cond_timeout(self, waiter: _Waiter) -> None:
         with self._lock:
             if waiter.done or waiter.cid is None:
@@ -724,8 +745,14 @@ class Condition:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Release the lock, wait for a notify (or ``timeout``), re-acquire it; False on timeout."""
-        return _wait(self._lock._ref, "cond_wait", self._cid, timeout,
-                     os.getpid(), get_ident(), next(_tickets))
+        pid, tid, ticket = os.getpid(), get_ident(), next(_tickets)
+        try:
+            return self._lock._ref.call("cond_wait", self._cid, timeout, pid, tid, ticket)
+        except Exception:
+            raise
+        except BaseException:  # interrupted (KeyboardInterrupt...): own the lock again first
+            self._lock._ref.call("cond_resume", pid, tid, ticket)
+            raise
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
         """Wait until ``predicate()`` is true (or ``timeout``); return its last value."""

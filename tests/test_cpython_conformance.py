@@ -26,17 +26,11 @@ file near a minute on 2 cores (reason ``slow``); ``FIBERLITE_CONFORMANCE_SLOW=1`
 
 TODO — documented behaviour that fails (measured on the local backend):
 
-1. ``TestCondition.test_wait_result``: after ``KeyboardInterrupt`` interrupts
-   ``Condition.wait()``, the caller no longer holds the lock, so leaving the ``with``
-   block raises ``NotOwnedError: attempt to release recursive lock not owned by
-   thread``. ``threading`` and ``multiprocessing`` re-acquire the lock before any
-   exception leaves ``wait()``. (The part without the signal passes:
-   ``test_wait_result_no_sigint``.)
-2. ``TestConnection.test_connection``: ``Connection.fileno()`` raises ``OSError``;
+1. ``TestConnection.test_connection``: ``Connection.fileno()`` raises ``OSError``;
    the docs say it returns the connection's file descriptor (used with
    ``connection.wait()`` and selectors). Everything else in the test passes
    (``test_connection_except_fileno``).
-3. ``TestProcess.test_parent_process`` (by design): a grandchild must outlive its
+2. ``TestProcess.test_parent_process`` (by design): a grandchild must outlive its
    killed parent and see ``parent_process().is_alive()`` become False; a fiberlite job
    exits as soon as its parent's hub is gone (no orphans), so it never reports.
 
@@ -249,10 +243,6 @@ class TestSemaphore(FiberliteMixin, cpy._TestSemaphore, unittest.TestCase):
     pass
 
 
-@select(gaps={
-    "test_wait_result": "KeyboardInterrupt in Condition.wait() leaves the lock released: "
-                        "NotOwnedError when the with-block exits",
-})
 class TestCondition(FiberliteMixin, cpy._TestCondition, unittest.TestCase):
     def check_invariant(self, cond):
         """CPython's reads the private semaphores of the stdlib's Condition; fiberlite's
