@@ -1,0 +1,55 @@
+"""The benchmark scripts keep working: each runs with ``--quick``, prints its table and
+writes its JSON; the plot script turns that JSON into PNG files. No timing is asserted."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.timeout(150)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHMARKS = os.path.join(ROOT, "benchmarks")
+
+EXPECTED = {
+    "bench_queue_latency.py": ["pynng Pair0", "pynng Req0/Rep0", "mp Queue (spawn)", "mp Pipe (spawn)",
+                               "fiberlite Queue", "fiberlite Pipe"],
+    "bench_process_start.py": ["start() to first message", "start 4 processes", "mp spawn", "fiberlite",
+                               'Popen python -c "import pynng"'],
+    "bench_pool.py": ["fiberlite Pool", "mp spawn Pool", "sleep(10 ms)", "sleep(1 ms)", "ideal",
+                      "fiberlite Pool, 1 ms tasks", "chunksize=1", "default chunksize", "pynng Pair0",
+                      "fiberlite Pool, bytes", "mp spawn Pool, bytes", "10 workers", "100 workers"],
+}
+
+
+def run_quick(script: str, json_path: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(BENCHMARKS, script), "--quick", "--json", json_path],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("script", sorted(EXPECTED))
+def test_benchmark_runs_quick(script, tmp_path):
+    json_path = str(tmp_path / (script[:-3] + ".json"))
+    done = run_quick(script, json_path)
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    for name in EXPECTED[script]:
+        assert name in done.stdout, f"{script} printed no row {name!r}:\n{done.stdout}"
+    assert "ratio" in done.stdout
+    document = json.loads(open(json_path).read())
+    assert document["machine"]["cores_logical"] >= 1
+    measured = [r for r in document["results"] if "seconds" in r]
+    assert measured and all(r["seconds"] > 0 for r in measured)
+    # every section has its reference row measured, so every ratio is known
+    assert all(r["ratio"] is not None for r in measured)
+
+    if script == "bench_queue_latency.py":
+        pytest.importorskip("matplotlib")
+        out = tmp_path / "png"
+        plotted = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "plot.py"), str(tmp_path), str(out)],
+                                 capture_output=True, text=True, timeout=120)
+        assert plotted.returncode == 0, plotted.stderr
+        png = out / f"{document['benchmark']}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
