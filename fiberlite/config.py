@@ -34,9 +34,9 @@ def _level(value: Any) -> str:
 
 
 def _backend(value: Any) -> str:
-    from .backends import known_backends
+    from .backends import backend_target, known_backends
     name = _text(value).lower()
-    if name not in known_backends():
+    if backend_target(name) is None:
         raise ValueError(f"unknown backend; available: {', '.join(sorted(known_backends()))}")
     return name
 

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from . import config, errors, process
-from .backends import known_backends
+from .backends import backend_target, known_backends
 
 START_METHODS = ("spawn", "fork", "forkserver")
 
@@ -90,7 +90,7 @@ class BaseContext:
         """The context for a backend name; start method names give this context."""
         if method is None or method in START_METHODS:
             return self
-        if method not in known_backends():
+        if backend_target(method) is None:
             raise ValueError(f"cannot find context for {method!r}: use a backend "
                              f"({', '.join(sorted(known_backends()))}) or a start method "
                              f"({', '.join(START_METHODS)})")
@@ -106,7 +106,7 @@ class BaseContext:
         """Start methods are accepted (all behave as spawn); a backend name selects that backend."""
         if method is None or method in START_METHODS:
             return
-        if method not in known_backends():
+        if backend_target(method) is None:
             raise ValueError(f"cannot find context for {method!r}")
         config.init(backend=method)
 

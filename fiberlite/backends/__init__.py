@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import threading
-from importlib import metadata
 
 from ..errors import ConfigError
 from .base import Backend, Job, JobSpec, JobState
@@ -21,6 +20,7 @@ _lock = threading.Lock()
 
 
 def _entry_points() -> dict[str, str]:
+    from importlib import metadata  # only when a name is not built in: it is slow to import
     try:
         eps = metadata.entry_points(group="fiberlite.backends")
     except Exception:
@@ -35,6 +35,11 @@ def known_backends() -> dict[str, str]:
     return found
 
 
+def backend_target(name: str) -> str | None:
+    """The ``module:Class`` of backend ``name`` (entry points read only when not built in)."""
+    return _BUILTIN.get(name) or _entry_points().get(name)
+
+
 def get_backend(name: str) -> Backend:
     """The (shared) backend instance for ``name``."""
     backend = _instances.get(name)
@@ -42,7 +47,7 @@ def get_backend(name: str) -> Backend:
         return backend
     with _lock:
         if name not in _instances:
-            target = known_backends().get(name)
+            target = backend_target(name)
             if target is None:
                 raise ConfigError(f"unknown backend {name!r}; available: {', '.join(sorted(known_backends()))}")
             module_name, _, class_name = target.partition(":")

@@ -17,10 +17,11 @@ from pynng._nng import lib
 
 from ..errors import AuthenticationError, ConnectionLost
 from . import auth, codec
+from .nngio import Io
 from .server import close_socket
 
 HANDSHAKE_TIMEOUT_MS = 10_000
-CAST_WINDOW = 256  # one-way requests in flight before the oldest replies are collected
+CAST_WINDOW = 256  # one-way requests sent before a SYNC collects their failures
 
 
 class Client:
@@ -31,7 +32,7 @@ class Client:
         self._idle: collections.deque[pynng.Context] = collections.deque()
         self._lost_callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self._casts: collections.deque[pynng.Context] = collections.deque()
+        self._unsynced = 0  # one-way requests sent since the last SYNC
         self._busy = 0  # calls inside nng right now: the socket is closed only when none is
         self._lost = False
         self._socket_closed = False
@@ -146,21 +147,18 @@ class Client:
         try:
             return self._idle.pop()
         except IndexError:
-            ctx = self._sock.new_context()
+            ctx = Io(self._sock)
             with self._lock:
                 self._contexts.append(ctx)
             return ctx
 
-    def _send(self, ctx: pynng.Context, frame: Any) -> None:
-        if isinstance(frame, pynng.Message):
-            ctx.send_msg(frame)
-        else:
-            ctx.send(frame)
+    def _send(self, ctx: Io, frame: Any) -> None:
+        ctx.send_frame(frame)
 
     def _receive(self, ctx: pynng.Context) -> Any:
         """The decoded reply on ``ctx`` (the caller has entered)."""
         try:
-            msg = ctx.recv_msg()
+            frame, _, _ = ctx.recv_frame()
         except pynng.NNGException:
             self._discard(ctx)
             raise self._lost_error() from None
@@ -168,11 +166,13 @@ class Client:
             self._discard(ctx)  # an interrupted call leaves the context mid-request
             raise
         self._idle.append(ctx)
-        return codec.decode(codec.frame_from_message(msg))
+        return codec.decode(frame)
 
     def request(self, message: Any) -> Any:
         """Send ``message`` and return the decoded reply ``(ok, value)``."""
-        frame = codec.encode(message)
+        return self._call(codec.encode(message))
+
+    def _call(self, frame: Any) -> Any:
         self._enter()
         try:
             ctx = self._context()
@@ -213,13 +213,13 @@ class Client:
             self._leave()
 
     def cast(self, message: Any) -> None:
-        """Send ``message`` without waiting for its reply.
+        """Send ``message`` without waiting: the server handles it and sends no reply.
 
-        Replies are collected later (when too many are in flight, or by :meth:`flush`);
-        a failure reported by one of them is raised then. Requests on one connection
-        are handled in the order they were sent, so a later call sees this one's effect.
+        A failure it reports is raised by the next :meth:`flush` (made every
+        ``CAST_WINDOW`` casts). Requests on one connection are handled in the order they
+        were sent, so a later call sees this one's effect.
         """
-        frame = codec.encode(message)
+        frame = codec.encode(message, codec.NO_REPLY)
         self._enter()
         try:
             ctx = self._context()
@@ -228,34 +228,26 @@ class Client:
             except pynng.NNGException:
                 self._discard(ctx)
                 raise self._lost_error() from None
+            # no reply will come: the context's next send simply starts a new request
+            self._idle.append(ctx)
             with self._lock:
-                self._casts.append(ctx)
-                excess = len(self._casts) > CAST_WINDOW
+                self._unsynced += 1
+                due = self._unsynced >= CAST_WINDOW
         finally:
             self._leave()
-        if excess:
-            self._collect(CAST_WINDOW // 2)
+        if due:
+            self.flush()
 
     def flush(self) -> None:
-        """Wait until every one-way request sent so far has been handled."""
-        self._collect(0)
-
-    def _collect(self, keep: int) -> None:
-        error = None
-        while True:
-            with self._lock:
-                if len(self._casts) <= keep:
-                    break
-                ctx = self._casts.popleft()
-            self._enter()
-            try:
-                ok, value = self._receive(ctx)
-            finally:
-                self._leave()
-            if not ok and error is None:
-                error = value
-        if error is not None:
-            raise error
+        """Wait until every one-way request sent so far has been handled; raise the
+        first failure one of them reported."""
+        with self._lock:
+            if not self._unsynced:
+                return
+            self._unsynced = 0
+        ok, value = self._call(codec.encode(None, codec.SYNC))
+        if not ok:
+            raise value
 
     def close(self) -> None:
         """Close the connection (calls still under way in other threads fail)."""

@@ -17,8 +17,13 @@ from pynng import Message
 from pynng._nng import ffi, lib
 
 _COUNT = struct.Struct("<I")
+# high bits of the frame's buffer count: what the sender wants from the server
+NO_REPLY = 1 << 31  # a one-way request: the server sends no reply
+SYNC = 1 << 30      # answered once every earlier request of the connection is handled
+_FLAGS = NO_REPLY | SYNC
 _LENGTH = struct.Struct("<Q")
 PROTOCOL = 5
+_PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
 OUT_OF_BAND_MIN = 64 * 1024  # smaller payloads are cheaper to copy into the pickle
 
 
@@ -34,6 +39,8 @@ class Payload:
     @classmethod
     def pack(cls, obj: Any) -> "Payload":
         """Pickle ``obj`` (functions and classes of ``__main__`` by value)."""
+        if type(obj) in _PLAIN:  # same bytes as cloudpickle, without its Pickler set-up
+            return cls(pickle.dumps(obj, protocol=PROTOCOL))
         buffers: list = []
         data = cloudpickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
         return cls(data, [b.raw() for b in buffers])
@@ -84,15 +91,15 @@ def _rebuild_raw(data) -> Payload:
     return Payload.raw(data)
 
 
-def encode(obj: Any) -> bytes | Message:
+def encode(obj: Any, flags: int = 0) -> bytes | Message:
     """Frame ``obj``: bytes when it has no out-of-band buffers, else an nng message
-    assembled with a single copy of every buffer."""
+    assembled with a single copy of every buffer. ``flags``: :data:`NO_REPLY`, :data:`SYNC`."""
     buffers: list = []
     main = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
     if not buffers:
-        return _COUNT.pack(0) + main
+        return _COUNT.pack(flags) + main
     views = [memoryview(b.raw()) for b in buffers]
-    head = _COUNT.pack(len(views)) + b"".join(_LENGTH.pack(v.nbytes) for v in views)
+    head = _COUNT.pack(flags | len(views)) + b"".join(_LENGTH.pack(v.nbytes) for v in views)
     total = len(head) + len(main) + sum(v.nbytes for v in views)
     msg_p = ffi.new("nng_msg **")
     if lib.nng_msg_alloc(msg_p, total) != 0:
@@ -106,11 +113,17 @@ def encode(obj: Any) -> bytes | Message:
     return Message(msg_p[0])
 
 
+def flags_of(frame) -> int:
+    """The :data:`NO_REPLY` / :data:`SYNC` flags of a frame."""
+    return _COUNT.unpack_from(frame, 0)[0] & _FLAGS
+
+
 def decode(frame) -> Any:
     """Load a frame produced by :func:`encode` (``frame`` a bytes-like object;
     out-of-band buffers are views into it)."""
     view = memoryview(frame)
     (count,) = _COUNT.unpack_from(view, 0)
+    count &= ~_FLAGS
     if count == 0:
         return pickle.loads(view[4:])
     offset = 4 + 8 * count

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pynng
 
 from . import auth, codec
+from .nngio import Io, close_pipe
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,23 @@ class Request:
         self._server._answer(self, (False, exc))
 
 
+class OneWayRequest:
+    """A request sent with :data:`codec.NO_REPLY`: nothing is sent back; a failure is kept
+    for the peer and reported by its next SYNC request (``Client.flush``)."""
+
+    __slots__ = ("_server", "peer")
+
+    def __init__(self, server: "Server", peer: int) -> None:
+        self._server = server
+        self.peer = peer
+
+    def reply(self, value: Any = None) -> None:
+        pass
+
+    def fail(self, exc: BaseException) -> None:
+        self._server._one_way_errors.setdefault(self.peer, exc)
+
+
 class Server:
     """Listen on ``tcp://host:port`` and hand authenticated requests to ``handler``.
 
@@ -53,6 +71,7 @@ class Server:
         self._idle: collections.deque[pynng.Context] = collections.deque()
         self._handshakes: dict[int, bytes | tuple[bytes, bytes]] = {}
         self._authenticated: set[int] = set()
+        self._one_way_errors: dict[int, BaseException] = {}
         self._closed = False
         self._contexts: list[pynng.Context] = []
         self._sock = pynng.Rep0(recv_max_size=0)
@@ -73,66 +92,74 @@ class Server:
                 ctx = self._idle.pop()
             except IndexError:
                 try:
-                    ctx = sock.new_context()
+                    ctx = Io(sock)
                 except pynng.Closed:
                     return
                 self._contexts.append(ctx)
             try:
-                msg = ctx.recv_msg()
+                frame, peer, pipe = ctx.recv_frame()
             except pynng.Closed:
                 return
             except Exception:  # pragma: no cover - nng internal error, keep serving
                 log.exception("receive failed")
                 continue
-            pipe = msg.pipe
-            peer = pipe.id if pipe is not None else -1
             if peer in self._authenticated:
                 try:
-                    message = codec.decode(codec.frame_from_message(msg))
+                    flags = codec.flags_of(frame)
+                    message = codec.decode(frame)
                 except Exception as exc:
                     log.warning("undecodable request from peer %s: %s", peer, exc)
-                    self._drop(pipe, ctx)
+                    self._drop(peer, pipe, ctx)
                     continue
-                del msg
+                del frame
+                if flags & codec.SYNC:  # every earlier request of this peer is handled
+                    error = self._one_way_errors.pop(peer, None)
+                    self._send(ctx, codec.encode((True, None) if error is None else (False, error)))
+                    continue
+                if flags & codec.NO_REPLY:
+                    self._idle.append(ctx)  # nng drops the request when ctx receives again
+                    request: Any = OneWayRequest(self, peer)
+                else:
+                    request = Request(self, ctx, peer)
                 try:
-                    self._handler(Request(self, ctx, peer), message)
-                except Exception:  # a handler bug must not stop the server
+                    self._handler(request, message)
+                except Exception as exc:  # a handler bug must not stop the server
                     log.exception("request handler failed")
+                    if flags & codec.NO_REPLY:
+                        request.fail(exc)
             else:
-                self._handshake(pipe, ctx, msg.bytes)
+                self._handshake(peer, pipe, ctx, bytes(frame))
 
-    def _handshake(self, pipe: pynng.Pipe | None, ctx: pynng.Context, data: bytes) -> None:
-        if pipe is None:
+    def _handshake(self, peer: int, pipe, ctx: Io, data: bytes) -> None:
+        if peer < 0:
             self._idle.append(ctx)
             return
-        state = self._handshakes.get(pipe.id)
+        state = self._handshakes.get(peer)
         if state is None:
             client_nonce = auth.parse_hello(data)
             if client_nonce is None:
-                return self._drop(pipe, ctx)
+                return self._drop(peer, pipe, ctx)
             server_nonce = auth.new_nonce()
-            self._handshakes[pipe.id] = (client_nonce, server_nonce)
+            self._handshakes[peer] = (client_nonce, server_nonce)
             self._send(ctx, auth.challenge(self._key, client_nonce, server_nonce))
         else:
             client_nonce, server_nonce = state
-            del self._handshakes[pipe.id]
+            del self._handshakes[peer]
             if not auth.check_proof(self._key, data, client_nonce, server_nonce):
-                log.warning("peer %s failed authentication; connection closed", pipe.id)
-                return self._drop(pipe, ctx)
-            self._authenticated.add(pipe.id)
+                log.warning("peer %s failed authentication; connection closed", peer)
+                return self._drop(peer, pipe, ctx)
+            self._authenticated.add(peer)
             self._send(ctx, auth.WELCOME)
 
-    def _drop(self, pipe: pynng.Pipe | None, ctx: pynng.Context) -> None:
-        if pipe is not None:
-            self._handshakes.pop(pipe.id, None)
-            try:
-                pipe.close()
-            except pynng.NNGException:
-                pass
+    def _drop(self, peer: int, pipe, ctx: Io) -> None:
+        if peer >= 0:
+            self._handshakes.pop(peer, None)
+            close_pipe(pipe)
         self._idle.append(ctx)
 
     def _pipe_removed(self, pipe: pynng.Pipe) -> None:
         self._handshakes.pop(pipe.id, None)
+        self._one_way_errors.pop(pipe.id, None)
         if pipe.id in self._authenticated:
             self._authenticated.discard(pipe.id)
             self._defer(lambda peer=pipe.id: self._on_peer_lost(peer))
@@ -149,12 +176,9 @@ class Server:
             frame = codec.encode((False, TypeError(f"reply could not be pickled: {exc}")))
         self._send(ctx, frame)
 
-    def _send(self, ctx: pynng.Context, frame) -> None:
+    def _send(self, ctx: Io, frame) -> None:
         try:
-            if isinstance(frame, pynng.Message):
-                ctx.send_msg(frame)
-            else:
-                ctx.send(frame)
+            ctx.send_frame(frame)
         except pynng.Closed:
             return
         except pynng.NNGException as exc:

@@ -1,0 +1,76 @@
+"""An nng context with one reusable aio for blocking send and receive.
+
+pynng's ``Context.send``/``recv_msg`` allocate and free an ``nng_aio`` on every call
+(and ``nng_aio_alloc`` calls ``getrandom``), wrap each message in a ``Message`` and
+look its pipe up under the socket's lock. :class:`Io` keeps one aio for its life and
+hands back the frame and the pipe id directly.
+"""
+from __future__ import annotations
+
+import pynng
+from pynng._nng import ffi, lib
+from pynng.exceptions import check_err
+
+from .codec import ZERO_COPY_MIN
+
+
+class Io(pynng.Context):
+    """A context of ``socket`` used by one thread at a time."""
+
+    def __init__(self, socket: pynng.Socket) -> None:
+        self._aio = None
+        super().__init__(socket)
+        aio_p = ffi.new("nng_aio **")
+        check_err(lib.nng_aio_alloc(aio_p, ffi.NULL, ffi.NULL))
+        self._aio = aio_p[0]
+
+    def send_frame(self, frame) -> None:
+        """Send a frame of :func:`codec.encode` (bytes, or a Message nng then owns)."""
+        if isinstance(frame, pynng.Message):
+            with frame._mem_freed_lock:
+                frame._ensure_can_send()
+                msg = frame._nng_msg
+                frame._mem_freed = True
+        else:
+            msg_p = ffi.new("nng_msg **")
+            check_err(lib.nng_msg_alloc(msg_p, len(frame)))
+            msg = msg_p[0]
+            ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
+        aio = self._aio
+        lib.nng_aio_set_msg(aio, msg)
+        lib.nng_ctx_send(self.context, aio)
+        lib.nng_aio_wait(aio)
+        err = lib.nng_aio_result(aio)
+        if err:
+            lib.nng_msg_free(msg)  # nng leaves the message to us when the send failed
+            check_err(err)
+
+    def recv_frame(self):
+        """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
+        :func:`codec.frame_from_message` (large out-of-band frames used in place)."""
+        aio = self._aio
+        lib.nng_ctx_recv(self.context, aio)
+        lib.nng_aio_wait(aio)
+        check_err(lib.nng_aio_result(aio))
+        msg = lib.nng_aio_get_msg(aio)
+        pipe = lib.nng_msg_get_pipe(msg)
+        peer = lib.nng_pipe_id(pipe)
+        size = lib.nng_msg_len(msg)
+        body = ffi.cast("char *", lib.nng_msg_body(msg))
+        if size >= ZERO_COPY_MIN and ffi.buffer(body, 4)[:] != b"\x00\x00\x00\x00":
+            owner = ffi.gc(body, lambda _p, m=msg: lib.nng_msg_free(m))
+            return ffi.buffer(owner, size), peer, pipe
+        frame = ffi.buffer(body, size)[:]
+        lib.nng_msg_free(msg)
+        return frame, peer, pipe
+
+    def __del__(self) -> None:
+        aio, self._aio = getattr(self, "_aio", None), None
+        if aio is not None:
+            lib.nng_aio_free(aio)
+        super().__del__()
+
+
+def close_pipe(pipe) -> None:
+    """Close the connection ``pipe`` (an ``nng_pipe`` from :meth:`Io.recv_frame`)."""
+    lib.nng_pipe_close(pipe)
