@@ -191,3 +191,32 @@ def test_progress_view():
             assert "\n" not in text and text.endswith("\r\x1b[K")
         else:                             # a few plain lines
             assert text.count("\n") == 3 and "\r" not in text
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(150)
+def test_interrupt_on_docker_removes_every_container_of_the_run(cli, tmp_path):
+    """`fiberlite run --backend docker`: the master is a container, its children too;
+    Ctrl-C removes them all."""
+    import docker
+    from docker_env import ensure_docker
+    image = ensure_docker()
+    proc = cli.start("run", "--backend", "docker", "--image", image, "hang.py")
+    client = docker.from_env()
+    try:
+        run_id, _ = _wait_for_pids(proc)
+        running = client.containers.list(filters={"label": f"fiberlite/run={run_id}"})
+        assert len(running) == 3, running  # the master and its two children
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            left = client.containers.list(all=True, filters={"label": f"fiberlite/run={run_id}"})
+            if not left:
+                break
+            time.sleep(0.2)  # containers are removed by the engine, asynchronously
+        assert left == [], f"containers of run {run_id} survived: {left}"
+    finally:
+        proc.kill()
+        proc.wait()
+        client.close()
