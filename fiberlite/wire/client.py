@@ -172,16 +172,20 @@ class Client:
         """Send ``message`` and return the decoded reply ``(ok, value)``."""
         return self._call(codec.encode(message))
 
+    def _dispatch(self, frame: Any) -> pynng.Context:
+        """Send ``frame`` on a free context and return it (the caller has entered)."""
+        ctx = self._context()
+        try:
+            self._send(ctx, frame)
+        except pynng.NNGException:
+            self._discard(ctx)
+            raise self._lost_error() from None
+        return ctx
+
     def _call(self, frame: Any) -> Any:
         self._enter()
         try:
-            ctx = self._context()
-            try:
-                self._send(ctx, frame)
-            except pynng.NNGException:
-                self._discard(ctx)
-                raise self._lost_error() from None
-            return self._receive(ctx)
+            return self._receive(self._dispatch(frame))
         finally:
             self._leave()
 
@@ -194,13 +198,7 @@ class Client:
         frame = codec.encode(message)
         self._enter()
         try:
-            ctx = self._context()
-            try:
-                self._send(ctx, frame)
-            except pynng.NNGException:
-                self._discard(ctx)
-                raise self._lost_error() from None
-            return ctx
+            return self._dispatch(frame)
         finally:
             self._leave()
 
@@ -222,14 +220,8 @@ class Client:
         frame = codec.encode(message, codec.NO_REPLY)
         self._enter()
         try:
-            ctx = self._context()
-            try:
-                self._send(ctx, frame)
-            except pynng.NNGException:
-                self._discard(ctx)
-                raise self._lost_error() from None
             # no reply will come: the context's next send simply starts a new request
-            self._idle.append(ctx)
+            self._idle.append(self._dispatch(frame))
             with self._lock:
                 self._unsynced += 1
                 due = self._unsynced >= CAST_WINDOW
