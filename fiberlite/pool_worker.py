@@ -37,7 +37,8 @@ _PLAIN = frozenset({int, float, str, bytes, bool, type(None), complex})
 # -- the format of chunks and results ---------------------------------------------------------
 def pack(obj: Any) -> Any:
     """Pickle ``obj`` for a worker: bytes, or a Payload when it has out-of-band buffers."""
-    if type(obj) in (list, tuple) and len(obj) <= 16 and all(_plain(x) for x in obj):
+    kind = type(obj)
+    if kind is range or (kind in (list, tuple) and len(obj) <= 16 and all(_plain(x) for x in obj)):
         return pickle.dumps(obj, PROTOCOL)  # nothing cloudpickle would treat differently
     buffers: list = []
     data = cloudpickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
@@ -237,7 +238,8 @@ class _Worker:
         return want
 
     def _absorb(self, reply: Any) -> None:
-        """Take a reply to a request for work (lock held)."""
+        """Take a reply to a request for work (by the main thread with the lock held, or by
+        the watchdog for chunks it gives back)."""
         if reply is None:
             self.exiting = True
             return
@@ -382,11 +384,13 @@ class _Worker:
         if ctx is None:
             return
         reply = self._finish(ctx)  # prompt: the master answered it already, or releases it now
-        with self.lock:
-            if reply is None:
-                self.exiting = True
-                return
-            chunks = reply[0]
-            self._absorb(([], reply[1], reply[2]))  # keep the functions it sent
+        # No lock from here on: the main thread may hold it while it waits for work that
+        # only these chunks can provide. Dict updates are atomic; the functions must be
+        # known before the chunks can come back.
+        if reply is None:
+            self.exiting = True
+            return
+        chunks, functions, forget = reply
+        self._absorb(([], functions, forget))
         if chunks:
             self._finish(self._begin("giveback", self.wid, [chunk[0] for chunk in chunks], False))
