@@ -19,6 +19,7 @@ from .wire.server import Request, Server
 log = logging.getLogger(__name__)
 
 LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
+EXIT_FLUSH_SECONDS = 30.0
 
 
 class Servant:
@@ -129,6 +130,7 @@ _hub: Hub | None = None
 _hub_lock = threading.Lock()
 _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
+_dialing: dict[str, threading.Lock] = {}
 
 
 def get_hub(backend: str | None = None) -> Hub:
@@ -171,11 +173,14 @@ def connect(address: str) -> Client:
     client = _clients.get(address)
     if client is not None and client.alive:
         return client
-    with _clients_lock:
+    with _clients_lock:  # one dial per address at a time, without holding up other addresses
+        dialing = _dialing.setdefault(address, threading.Lock())
+    with dialing:
         client = _clients.get(address)
         if client is None or not client.alive:
             client = Client(address, runtime.key())
-            _clients[address] = client
+            with _clients_lock:
+                _clients[address] = client
             client.on_lost(lambda: _forget(address, client))
     return client
 
@@ -194,7 +199,11 @@ def flush() -> None:
 def shutdown() -> None:
     """Close this process's connections and server (at exit, after children are joined)."""
     global _hub
-    flush()
+    # what this process sent lands before it exits; a peer that stopped answering
+    # must not hold the exit up for ever
+    flusher = threading.Thread(target=flush, name="fiberlite-exit-flush", daemon=True)
+    flusher.start()
+    flusher.join(EXIT_FLUSH_SECONDS)
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()

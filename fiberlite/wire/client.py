@@ -64,6 +64,7 @@ class Client:
         ctx = self._sock.new_context()
         self._contexts.append(ctx)
         ctx.recv_timeout = HANDSHAKE_TIMEOUT_MS
+        ctx.send_timeout = HANDSHAKE_TIMEOUT_MS  # a peer that went away mid-handshake
         try:
             nonce = auth.new_nonce()
             ctx.send(auth.hello(nonce))
@@ -76,6 +77,8 @@ class Client:
         except (pynng.Timeout, pynng.Closed):
             raise AuthenticationError(
                 f"{self.address} refused the handshake: this process does not hold the run's key") from None
+        except pynng.NNGException as exc:
+            raise ConnectionError(f"connection to {self.address} failed during the handshake: {exc}") from None
         finally:
             self._discard(ctx)
 
