@@ -19,12 +19,13 @@ accumulates tasks that an idle one could run.
   work is pending the request is kept (parked) and answered when work arrives: no
   polling, and the hub thread never blocks.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
-  about 5 ms of work and sends its next request as soon as it starts a batch (one
-  batch in flight hides the round trip); for long tasks it asks for one chunk when
-  idle. The master never hands a worker more than a fair share of what is pending.
-  If a task overruns 0.1 s while chunks wait behind it, the worker's watchdog gives
-  them back (``giveback``). Results that would wait (the worker's request is parked)
-  are sent one-way with ``done``.
+  about 5 ms of work and sends its next request (a *prefetch*) as soon as it starts a
+  batch, so one batch travels while the other runs; a prefetch is answered at once,
+  empty if there is no work, so results never wait behind it. For long tasks it asks
+  for one chunk when idle. The master never hands a worker more than a fair share of
+  what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
+  watchdog gives them back (``giveback``). Results a long batch would delay are sent
+  one-way (``done``) after 20 ms.
 * The master records, per worker, the chunks it holds. When a worker dies (its
   connection drops, or its job exits) they go back to the front of the queue and a
   replacement is started; results carry chunk ids and are placed by position, so each
@@ -54,7 +55,7 @@ from typing import Any, Callable, Iterable
 
 from .errors import ProcessError
 from .hub import get_hub
-from .pool_dispatch import BROKEN, CLOSE, RUN, TERMINATE, LOCAL_ERROR, REMOTE_ERROR, VALUE, Dispatcher
+from .pool_dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .pool_results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
                            IMapUnorderedIterator, MapResult, MaybeEncodingError,
                            WorkerLostError, rebuild_failure)
@@ -117,7 +118,7 @@ class _FunctionPickles:
             with self._lock:
                 entry = self._cache.get(func)
             if entry is not None and entry[0] == kind and len(entry[1]) == len(fingerprint) \
-                    and all(a is b for a, b in zip(entry[1], fingerprint)):
+                    and all(a is b for a, b in zip(entry[1], fingerprint, strict=True)):
                 return entry[2]
         payload = Payload.pack((kind, func))
         if fingerprint is not None:
@@ -541,9 +542,13 @@ class Pool:
             return MapResult(core, 0, callback, error_callback)
         payload = pack_call(kind, func, method)
         pieces = []
+        sliceable = isinstance(iterable, (list, tuple, range))  # a range slice is a range
         source = iter(iterable)
         for start in range(0, length, chunksize):
-            items = list(itertools.islice(source, chunksize))
+            if sliceable:
+                items = iterable[start:start + chunksize]  # type: ignore[index]
+            else:
+                items = list(itertools.islice(source, chunksize))
             if not items:
                 break
             pieces.append((start, len(items), pack_items(items, start, method)))

@@ -18,9 +18,12 @@ from .pool_worker import pack, unpack
 RUN, CLOSE, TERMINATE, BROKEN = "RUN", "CLOSE", "TERMINATE", "BROKEN"
 MAX_TRIES = 3  # workers a task may take down with it before it fails
 MAX_BATCH = 512  # chunks in one reply
+MESSAGE_BYTES = 4 << 20  # pickled arguments in one reply (at least one chunk)
 # workers in a row that end before asking for work, after which the pool is broken:
 START_FAILURES = 3  # ... exiting on their own (initializer raised, exit code, import error)
 START_KILLS = 10  # ... killed by a signal (someone else may be killing them)
+
+_NOTHING: tuple = ([], {}, [])  # an answer with no work
 
 # how a delivered chunk carries its outcome (see Dispatcher.deliver)
 VALUE, REMOTE_ERROR, LOCAL_ERROR = 0, 1, 2
@@ -237,11 +240,13 @@ class Dispatcher(LockedServant):
         self._flush(out)
 
     # -- operations of the workers -------------------------------------------------------------
-    def op_next(self, request, wid: int, entries: list, values: Any, want: int) -> None:
+    def op_next(self, request, wid: int, entries: list, values: Any, want: int,
+                prefetch: bool = False) -> None:
         """Results of finished chunks, and a request for ``want`` more (0: I am retiring).
 
-        Answered with ``(chunks, functions, forget)``, or ``None`` (exit); held while
-        there is no work.
+        Answered with ``(chunks, functions, forget)``, or ``None`` (exit). A worker that
+        is idle is held until there is work; a ``prefetch`` (the worker still has work)
+        is answered at once, with no chunks if there are none.
         """
         out = _Out()
         with self._lock:
@@ -251,22 +256,26 @@ class Dispatcher(LockedServant):
             else:
                 if entries:
                     self._accept(worker, entries, values, out)
-                if worker.waiting is not None:  # an older request (its watchdog is releasing it)
-                    out.replies.append((worker.waiting, ([], {}, [])))
+                if worker.waiting is not None:  # cannot happen; never leave a request unanswered
+                    out.replies.append((worker.waiting, _NOTHING))
                     worker.waiting = None
                 if want <= 0 or self.state in (TERMINATE, BROKEN):
                     worker.retiring = True
                     out.replies.append((request, None))
                 else:
                     worker.want = want
-                    if not self._serve(worker, request, out):
+                    if self._serve(worker, request, out):
+                        pass
+                    elif prefetch:
+                        out.replies.append((request, self._nothing(worker)))
+                    else:
                         worker.waiting = request
                         self.idle.append(worker)
                 self._serve_idle(out)
         self._flush(out)
 
     def op_done(self, request, wid: int, entries: list, values: Any) -> None:
-        """Results sent while the worker's request for work is held."""
+        """Results sent one-way (a long batch would otherwise delay them)."""
         out = _Out()
         with self._lock:
             worker = self._worker(wid, request.peer)
@@ -276,18 +285,12 @@ class Dispatcher(LockedServant):
         out.replies.append((request, None))
         self._flush(out)
 
-    def op_giveback(self, request, wid: int, cids: list[int], release: bool = False) -> None:
-        """Chunks a worker received but will not start soon (a long task is running).
-
-        With ``release``, its parked request for work is answered now, with nothing.
-        """
+    def op_giveback(self, request, wid: int, cids: list[int]) -> None:
+        """Chunks a worker received but will not start soon (a long task is running)."""
         out = _Out()
         with self._lock:
             worker = self.workers.get(wid)
             if worker is not None and not worker.gone:
-                if release and worker.waiting is not None:
-                    out.replies.append((worker.waiting, ([], {}, [])))
-                    worker.waiting = None  # its entry in self.idle is skipped
                 back = [worker.held.pop(cid) for cid in cids if cid in worker.held]
                 if worker.suspect in cids:
                     worker.suspect = None
@@ -415,8 +418,11 @@ class Dispatcher(LockedServant):
         share = -(-len(pending) // max(1, self.n_ready))
         limit = min(worker.want, MAX_BATCH, share)
         taken: list[Chunk] = []
-        while pending and len(taken) < limit:
+        size = 0
+        while pending and len(taken) < limit and size < MESSAGE_BYTES:
             chunk = pending[0]
+            data = chunk.data
+            size += len(data) if type(data) is bytes else data.nbytes()
             if chunk.tries:
                 if taken or worker.held:
                     break
@@ -430,6 +436,10 @@ class Dispatcher(LockedServant):
         for chunk in taken:
             held[chunk.cid] = chunk
         return taken
+
+    def _nothing(self, worker: Worker) -> tuple:
+        forget, worker.forget = worker.forget, []
+        return [], {}, forget
 
     def _message(self, worker: Worker, chunks: list[Chunk]) -> tuple:
         functions = {}

@@ -29,6 +29,7 @@ PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
 RESULT_DELAY = 0.02  # results wait at most about this long to share a message
 MAX_BATCH = 512
+MESSAGE_BYTES = 4 << 20  # results of about this size per message at most
 LOADED_FUNCTIONS = 64  # unpickled functions kept for reuse by later calls
 
 _PLAIN = frozenset({int, float, str, bytes, bool, type(None), complex})
@@ -172,6 +173,7 @@ class _Worker:
         self.values: list = []  # results of the entries whose failure is None
         self.oldest = 0.0  # when the oldest unsent result was made
         self.ema: float | None = None  # seconds per chunk, smoothed
+        self.result_size = 0.0  # pickled bytes of a chunk's result, smoothed
         self.lock = threading.Lock()  # queue and outstanding, shared with the watchdog
         self.current: tuple | None = None  # (chunk, start time) of the running chunk
         self.watch_idle = False
@@ -196,9 +198,12 @@ class _Worker:
         if not values:
             return entries, None
         try:
-            return entries, pack(values)
+            packed = pack(values)
         except Exception:
             return self._repair(entries, values)
+        size = (len(packed) if type(packed) is bytes else packed.nbytes()) / len(values)
+        self.result_size = size if not self.result_size else 0.7 * self.result_size + 0.3 * size
+        return entries, packed
 
     def _repair(self, entries: list, values: list) -> tuple[list, Any]:
         """Replace the results that cannot be pickled by errors naming them."""
@@ -217,9 +222,12 @@ class _Worker:
             fixed.append((cid, failure))
         return fixed, (pack(kept) if kept else None)
 
-    def _ask(self, want: int) -> None:
+    def _ask(self, want: int, prefetch: bool = False) -> None:
+        """Send our results and ask for ``want`` chunks: a prefetch (we still have work) is
+        answered at once, empty if there is none; otherwise the master holds the request
+        until there is work."""
         entries, values = self._take_results()
-        self.outstanding = self._begin("next", self.wid, entries, values, want)
+        self.outstanding = self._begin("next", self.wid, entries, values, want, prefetch)
 
     def _flush(self) -> None:
         if self.entries:
@@ -233,6 +241,8 @@ class _Worker:
         else:
             want = int(BATCH_SECONDS / max(ema, 1e-7)) + 1
         want = min(want, MAX_BATCH)
+        if self.result_size:
+            want = max(1, min(want, int(MESSAGE_BYTES / self.result_size)))
         if self.budget is not None:
             want = min(want, self.budget)
         return want
@@ -284,25 +294,22 @@ class _Worker:
 
     def _next(self) -> tuple | None:
         lock = self.lock
-        if not lock.acquire(False):
-            self._flush()  # the watchdog may be waiting for the master: hand in results first
-            lock.acquire()
+        lock.acquire()
         try:
             queue = self.queue
             while not queue:
                 if self.exiting:
+                    self._flush()
                     return None
                 if self.outstanding is None:
-                    self._ask(self._want())  # want 0: out of budget, retire
-                elif self.entries:
-                    self._flush()  # the master may hold the request a while
+                    self._ask(self._want())  # with our results; want 0: out of budget, retire
                 ctx, self.outstanding = self.outstanding, None
-                self._absorb(self._finish(ctx))
+                self._absorb(self._finish(ctx))  # a prefetch's answer is prompt (maybe empty)
             chunk = queue.popleft()
             ema = self.ema
             if (self.outstanding is None and ema is not None and ema < PREFETCH_LIMIT
                     and (self.budget is None or self.budget > 0)):
-                self._ask(self._want())  # the next batch travels while this one runs
+                self._ask(self._want(), prefetch=True)  # the next batch travels while this one runs
             self.current = (chunk, time.monotonic())
             if self.watch_idle and (queue or self.outstanding is not None):
                 self.wake.set()
@@ -367,9 +374,8 @@ class _Worker:
                     return  # the connection is gone; the job is about to exit
 
     def _give_back(self, current: tuple) -> None:
-        """Hand the queued chunks back, and have the master answer our request for work
-        now (empty) instead of when it has work: never wait with the lock held, since
-        the only work left may be what we hold."""
+        """Hand back the queued chunks, and those our prefetch brings (its answer is
+        prompt). The lock is not held while waiting: the main thread may need it."""
         with self.lock:
             if self.current is not current:
                 return
@@ -378,19 +384,15 @@ class _Worker:
             if self.budget is not None:
                 self.budget += len(cids)
             ctx, self.outstanding = self.outstanding, None
-        if not cids and ctx is None:
-            return
-        self._finish(self._begin("giveback", self.wid, cids, ctx is not None))
+        if cids:
+            self._finish(self._begin("giveback", self.wid, cids))
         if ctx is None:
             return
-        reply = self._finish(ctx)  # prompt: the master answered it already, or releases it now
-        # No lock from here on: the main thread may hold it while it waits for work that
-        # only these chunks can provide. Dict updates are atomic; the functions must be
-        # known before the chunks can come back.
+        reply = self._finish(ctx)
         if reply is None:
             self.exiting = True
             return
         chunks, functions, forget = reply
-        self._absorb(([], functions, forget))
+        self._absorb(([], functions, forget))  # atomic dict updates; known before chunks return
         if chunks:
-            self._finish(self._begin("giveback", self.wid, [chunk[0] for chunk in chunks], False))
+            self._finish(self._begin("giveback", self.wid, [chunk[0] for chunk in chunks]))

@@ -84,6 +84,7 @@ def test_map_survives_killed_workers():
         values = result.get(45)
         assert values == [0.0001] * n
         assert killed, "the map ended before any worker was killed"
+        assert max(pool._core.procs) > 3, "no replacement worker was started"
         assert pool.map(square, range(100)) == [x * x for x in range(100)]  # replacements work
     pool.join()
 
@@ -214,8 +215,87 @@ def test_workers_die_with_their_master(tmp_path):
         workers = [psutil.Process(pid) for pid in pids]
         master.kill()
         master.wait(10)
-        gone, alive = psutil.wait_procs(workers, timeout=15)
+        _gone, alive = psutil.wait_procs(workers, timeout=15)
         assert not alive, f"workers outlived their master: {alive}"
     finally:
         master.kill()
         master.wait()
+
+
+# -- the dispatcher alone: protocol invariants with fake workers ------------------------------
+class FakeRequest:
+    def __init__(self, peer):
+        self.peer = peer
+        self.answers = []
+
+    def reply(self, value=None):
+        self.answers.append(value)
+
+    def fail(self, exc):
+        self.answers.append(exc)
+
+
+def _dispatcher(n_chunks, workers=(1, 2)):
+    from fiberlite.pool_dispatch import Dispatcher
+    from fiberlite.pool_worker import pack
+    from fiberlite.wire.codec import Payload
+
+    delivered = []
+    dispatcher = Dispatcher(lambda values, entries: delivered.extend(entries))
+    group = dispatcher.new_group(Payload.pack(("map", square)), "square", sink="sink")
+    chunks = [dispatcher.make_chunk(group, i, 1, pack([i])) for i in range(n_chunks)]
+    for wid in workers:
+        dispatcher.add_worker(wid)
+    dispatcher.submit(group, chunks, seal=True, new=True)
+    return dispatcher, delivered
+
+
+def _ask(dispatcher, wid, peer, results=(), want=2, prefetch=False):
+    request = FakeRequest(peer)
+    dispatcher.op_next(request, wid, [(cid, None) for cid in results], b"values", want, prefetch)
+    return request
+
+
+def test_dispatcher_delivers_each_chunk_once_across_a_lost_worker():
+    dispatcher, delivered = _dispatcher(6)
+    first = _ask(dispatcher, 1, peer=11)
+    second = _ask(dispatcher, 2, peer=12)
+    (w1_chunks, functions, _), = first.answers
+    (w2_chunks, _, _), = second.answers
+    assert len(w1_chunks) == 2 and len(w2_chunks) == 2 and functions
+    dispatcher.peer_lost(11)  # worker 1 dies holding two chunks
+    third = _ask(dispatcher, 2, peer=12, results=[c[0] for c in w2_chunks])
+    (suspect, _, _), = third.answers
+    assert len(suspect) == 1, "a chunk held by a dead worker travels alone"
+    stale = _ask(dispatcher, 1, peer=11, results=[c[0] for c in w1_chunks])  # too late: ignored
+    assert stale.answers == [None]
+    duplicate = [c[0] for c in suspect] * 2  # the same result twice
+    _ask(dispatcher, 2, peer=12, results=duplicate, prefetch=True)
+    starts = sorted(start for _sink, start, _count, _status, _data in delivered)
+    assert starts == [0, 2, 3]  # worker 2's two, then the suspect once; none twice
+
+
+def test_dispatcher_prefetch_is_never_parked_and_idle_request_is():
+    dispatcher, _ = _dispatcher(1)
+    got = _ask(dispatcher, 1, peer=11, want=5)
+    (chunks, _, _), = got.answers
+    prefetch = _ask(dispatcher, 1, peer=11, want=5, prefetch=True)
+    assert prefetch.answers == [([], {}, [])]  # at once, with nothing
+    idle = _ask(dispatcher, 2, peer=12)
+    assert idle.answers == []  # held until there is work
+    dispatcher.close()
+    assert idle.answers == []  # the call is not finished: the worker stays
+    _ask(dispatcher, 1, peer=11, results=[c[0] for c in chunks])
+    assert idle.answers == [None]  # all done and closed: exit
+
+
+def test_dispatcher_gives_up_on_a_task_that_kills_every_worker():
+    from fiberlite.pool_dispatch import LOCAL_ERROR
+    dispatcher, delivered = _dispatcher(1, workers=(1, 2, 3))
+    for wid in (1, 2, 3):
+        request = _ask(dispatcher, wid, peer=10 + wid)
+        assert request.answers and request.answers[0][0], f"worker {wid} got the task"
+        dispatcher.worker_exited(wid, -9)
+    (_sink, _start, _count, status, error), = delivered
+    assert status == LOCAL_ERROR and isinstance(error, WorkerLostError)
+    assert "square(0)" in str(error) and "SIGKILL" in str(error)
