@@ -172,14 +172,21 @@ class IMapIterator(_Sink):
     def _put(self, start: int, count: int, ok: bool, value: Any) -> None:
         self._chunks[start] = (count, ok, value)
 
+    def _from_current(self) -> tuple[bool, Any] | None:
+        """The next value of the chunk being handed out, if any is left."""
+        if self._current is not None:
+            for item in self._current:
+                self._index += 1
+                return True, item
+            self._current = None
+        return None
+
     def _pop(self) -> tuple[bool, Any] | None:
         """The next (ok, value) to hand out, or None if it is not here yet."""
         while True:
-            if self._current is not None:
-                for item in self._current:
-                    self._index += 1
-                    return True, item
-                self._current = None
+            item = self._from_current()
+            if item is not None:
+                return item
             entry = self._chunks.pop(self._index, None)
             if entry is None:
                 return None
@@ -292,11 +299,9 @@ class IMapUnorderedIterator(IMapIterator):
 
     def _pop(self) -> tuple[bool, Any] | None:
         while True:
-            if self._current is not None:
-                for item in self._current:
-                    self._index += 1
-                    return True, item
-                self._current = None
+            item = self._from_current()
+            if item is not None:
+                return item
             if not self._done:
                 return None
             count, ok, value = self._done.popleft()
