@@ -41,26 +41,38 @@ class Servant:
 
 
 class LocalRequest:
-    """A request made by the hub's own process; the caller waits on it."""
+    """A request made by the hub's own process; the caller waits on it.
 
-    __slots__ = ("_done", "_result")
+    Most local requests are answered before the caller waits (a put, a non-blocking
+    get): the lock the caller would sleep on is only made when it has to sleep.
+    """
+
+    __slots__ = ("_sleep", "_result")
     peer = LOCAL_PEER
 
     def __init__(self) -> None:
-        self._done = threading.Lock()
-        self._done.acquire()
-        self._result: tuple = (False, None)
+        self._sleep: threading.Lock | None = None
+        self._result: tuple | None = None
+
+    def _answer(self, result: tuple) -> None:
+        self._result = result  # written before _sleep is read: see wait()
+        sleep = self._sleep
+        if sleep is not None:
+            sleep.release()
 
     def reply(self, value: Any = None) -> None:
-        self._result = (True, value)
-        self._done.release()
+        self._answer((True, value))
 
     def fail(self, exc: BaseException) -> None:
-        self._result = (False, exc)
-        self._done.release()
+        self._answer((False, exc))
 
     def wait(self) -> Any:
-        self._done.acquire()
+        if self._result is None:
+            sleep = threading.Lock()
+            sleep.acquire()
+            self._sleep = sleep  # written before _result is read again: an answer
+            if self._result is None:  # given in between either is seen here or releases
+                sleep.acquire()
         ok, value = self._result
         if ok:
             return value

@@ -155,9 +155,6 @@ class Client:
                 self._contexts.append(ctx)
             return ctx
 
-    def _send(self, ctx: Io, frame: Any) -> None:
-        ctx.send_frame(frame)
-
     def _receive(self, ctx: pynng.Context) -> Any:
         """The decoded reply on ``ctx`` (the caller has entered)."""
         try:
@@ -179,7 +176,9 @@ class Client:
         """Send ``frame`` on a free context and return it (the caller has entered)."""
         ctx = self._context()
         try:
-            self._send(ctx, frame)
+            # a reply (or the connection's loss) is awaited anyway; a one-way request
+            # needs nothing more than nng taking the message
+            ctx.send_frame(frame, wait=False)
         except pynng.NNGException:
             self._discard(ctx)
             raise self._lost_error() from None
@@ -223,8 +222,9 @@ class Client:
         frame = codec.encode(message, codec.NO_REPLY)
         self._enter()
         try:
-            # no reply will come: the context's next send simply starts a new request
-            self._idle.append(self._dispatch(frame))
+            # no reply will come: the context's next send simply starts a new request;
+            # other calls take it last, once nng has finished sending from it
+            self._idle.appendleft(self._dispatch(frame))
             with self._lock:
                 self._unsynced += 1
                 due = self._unsynced >= CAST_WINDOW

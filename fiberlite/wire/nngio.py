@@ -1,9 +1,14 @@
-"""An nng context with one reusable aio for blocking send and receive.
+"""An nng context with reusable aios for sending and receiving.
 
 pynng's ``Context.send``/``recv_msg`` allocate and free an ``nng_aio`` on every call
 (and ``nng_aio_alloc`` calls ``getrandom``), wrap each message in a ``Message`` and
-look its pipe up under the socket's lock. :class:`Io` keeps one aio for its life and
-hands back the frame and the pipe id directly.
+look its pipe up under the socket's lock. :class:`Io` keeps one aio per direction
+for its life and hands back the frame and the pipe id directly.
+
+A send may be left to complete in the background (``wait=False``): nng finishes a
+send on one of its own threads, and waiting for that costs the sender a thread
+wake-up even though the bytes are already on their way. The outcome is collected by
+the next send on the context (or :meth:`Io.settle`).
 """
 from __future__ import annotations
 
@@ -14,18 +19,28 @@ from pynng.exceptions import check_err
 from .codec import ZERO_COPY_MIN
 
 
+def _new_aio():
+    aio_p = ffi.new("nng_aio **")
+    check_err(lib.nng_aio_alloc(aio_p, ffi.NULL, ffi.NULL))
+    return aio_p[0]
+
+
 class Io(pynng.Context):
     """A context of ``socket`` used by one thread at a time."""
 
     def __init__(self, socket: pynng.Socket) -> None:
-        self._aio = None
+        self._send_aio = self._recv_aio = None
+        self._sending = False
         super().__init__(socket)
-        aio_p = ffi.new("nng_aio **")
-        check_err(lib.nng_aio_alloc(aio_p, ffi.NULL, ffi.NULL))
-        self._aio = aio_p[0]
+        self._send_aio = _new_aio()
+        self._recv_aio = _new_aio()
 
-    def send_frame(self, frame) -> None:
-        """Send a frame of :func:`codec.encode` (bytes, or a Message nng then owns)."""
+    def send_frame(self, frame, wait: bool = True) -> None:
+        """Send a frame of :func:`codec.encode` (bytes, or a Message nng then owns).
+
+        With ``wait=False`` return as soon as nng has taken the message; a failure is
+        then only visible to :meth:`settle` (a lost connection is reported anyway)."""
+        self.settle()
         if isinstance(frame, pynng.Message):
             with frame._mem_freed_lock:
                 frame._ensure_can_send()
@@ -36,19 +51,29 @@ class Io(pynng.Context):
             check_err(lib.nng_msg_alloc(msg_p, len(frame)))
             msg = msg_p[0]
             ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
-        aio = self._aio
+        aio = self._send_aio
         lib.nng_aio_set_msg(aio, msg)
         lib.nng_ctx_send(self.context, aio)
+        self._sending = True
+        if wait:
+            check_err(self.settle())
+
+    def settle(self) -> int:
+        """Wait for the send under way, if any; its nng error code (0: sent)."""
+        if not self._sending:
+            return 0
+        self._sending = False
+        aio = self._send_aio
         lib.nng_aio_wait(aio)
         err = lib.nng_aio_result(aio)
-        if err:
-            lib.nng_msg_free(msg)  # nng leaves the message to us when the send failed
-            check_err(err)
+        if err:  # nng leaves the message to us when the send failed
+            lib.nng_msg_free(lib.nng_aio_get_msg(aio))
+        return err
 
     def recv_frame(self):
         """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
         :func:`codec.frame_from_message` (large out-of-band frames used in place)."""
-        aio = self._aio
+        aio = self._recv_aio
         lib.nng_ctx_recv(self.context, aio)
         lib.nng_aio_wait(aio)
         check_err(lib.nng_aio_result(aio))
@@ -65,10 +90,17 @@ class Io(pynng.Context):
         return frame, peer, pipe
 
     def __del__(self) -> None:
-        aio, self._aio = getattr(self, "_aio", None), None
-        if aio is not None:
-            lib.nng_aio_free(aio)
-        super().__del__()
+        try:
+            super().__del__()  # closing the context aborts what is under way on it
+        except Exception:
+            pass
+        if getattr(self, "_send_aio", None) is not None:
+            self.settle()
+        for name in ("_send_aio", "_recv_aio"):
+            aio = getattr(self, name, None)
+            if aio is not None:
+                setattr(self, name, None)
+                lib.nng_aio_free(aio)
 
 
 def close_pipe(pipe) -> None:

@@ -177,13 +177,15 @@ class Server:
         self._send(ctx, frame)
 
     def _send(self, ctx: Io, frame) -> None:
+        # the replying thread does not wait for nng to finish sending; the context
+        # receives again (its own aio) and is taken last by the receiving loop
         try:
-            ctx.send_frame(frame)
+            ctx.send_frame(frame, wait=False)
         except pynng.Closed:
             return
         except pynng.NNGException as exc:
             log.debug("reply not sent: %s", exc)
-        self._idle.append(ctx)
+        self._idle.appendleft(ctx)
 
     def close(self) -> None:
         if self._closed:
