@@ -7,11 +7,15 @@ what is left and then gets ``EOFError``, and writing to it raises ``BrokenPipeEr
 """
 from __future__ import annotations
 
-from typing import Any
+import itertools
+import os
+import threading
+import time
+from typing import Any, Iterable
 
 from .channel import Channel
 from .errors import BufferTooShort
-from .hub import LOCAL_PEER, LockedServant, ObjectRef, get_hub
+from .hub import LOCAL_PEER, LockedServant, ObjectRef, Servant, get_hub
 from .wire.codec import Payload
 
 
@@ -24,13 +28,40 @@ class PipeServant(LockedServant):
         self.inbox = (Channel(), Channel())
         self.holders: tuple[set[int], set[int]] = ({LOCAL_PEER}, {LOCAL_PEER})
         self.pending = [0, 0]  # ends pickled for another job and not yet attached there
+        # wait() calls to tell when an end becomes readable: end -> {token: readiness ref}
+        self.watchers: tuple[dict, dict] = ({}, {})
         if not duplex:  # end 0 only reads, end 1 only writes
             self.inbox[1].close_writers()
 
     def op_send(self, request, end: int, payload: Payload) -> None:
         with self._lock:
             actions = self.inbox[1 - end].put(request, payload, True, None, self.schedule_expiry)
+            if self.watchers[1 - end]:
+                actions += self._wake(1 - end)
         self.run_actions(actions)
+
+    def op_watch(self, request, end: int, token: tuple, readiness: ObjectRef) -> None:
+        """Tell ``readiness`` once ``end`` has something to read (or EOF); the reply says
+        whether it has already."""
+        with self._lock:
+            inbox = self.inbox[end]
+            ready = bool(inbox.items) or inbox.writers_gone
+            if not ready:
+                self.watchers[end][token] = readiness
+        request.reply(ready)
+
+    def op_unwatch(self, request, end: int, token: tuple) -> None:
+        with self._lock:
+            self.watchers[end].pop(token, None)
+        request.reply()
+
+    def _wake(self, end: int) -> list:
+        inbox = self.inbox[end]
+        if not (inbox.items or inbox.writers_gone):
+            return []
+        watchers = list(self.watchers[end].items())
+        self.watchers[end].clear()
+        return [lambda t=token, r=ref: _tell_ready(r, t) for token, ref in watchers]
 
     def op_recv(self, request, end: int) -> None:
         with self._lock:
@@ -66,7 +97,8 @@ class PipeServant(LockedServant):
         if self.holders[end] or self.pending[end]:
             return []
         # nobody holds `end` any more: its peer reads EOF, writes to it break
-        return self.inbox[1 - end].close_writers() + self.inbox[end].close_readers()
+        return (self.inbox[1 - end].close_writers() + self.inbox[end].close_readers()
+                + self._wake(1 - end))
 
     def peer_lost(self, peer: int) -> None:
         actions: list = []
@@ -122,7 +154,8 @@ class Connection:
             raise OSError("connection is read-only")
 
     def fileno(self) -> int:
-        raise OSError("fiberlite connections have no file descriptor; use poll()")
+        raise OSError("fiberlite connections have no file descriptor; use poll() or "
+                      "fiberlite.connection.wait()")
 
     def close(self) -> None:
         if not self._closed:
@@ -215,3 +248,120 @@ def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     if duplex:
         return Connection(ref, 0, True, True), Connection(ref, 1, True, True)
     return Connection(ref, 0, True, False), Connection(ref, 1, False, True)
+
+
+# -- wait() ----------------------------------------------------------------------------------
+def _tell_ready(readiness: ObjectRef, token: tuple) -> None:
+    try:
+        readiness.cast("ready", token)
+    except (ConnectionError, ReferenceError):
+        pass  # the waiting job has gone: nobody to tell
+
+
+class _Readiness(Servant):
+    """This process's mailbox for "your watched connection is readable" (one per process,
+    never unregistered, so a late notice finds it and is ignored)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waits: dict[int, tuple[threading.Event, set]] = {}
+
+    def open(self, wait_id: int) -> tuple[threading.Event, set]:
+        entry = (threading.Event(), set())
+        with self._lock:
+            self._waits[wait_id] = entry
+        return entry
+
+    def close(self, wait_id: int) -> None:
+        with self._lock:
+            self._waits.pop(wait_id, None)
+
+    def op_ready(self, request, token: tuple) -> None:
+        wait_id, index = token
+        with self._lock:
+            entry = self._waits.get(wait_id)
+            if entry is not None:
+                entry[1].add(index)
+                entry[0].set()
+        request.reply()
+
+
+_readiness: tuple[_Readiness, ObjectRef] | None = None
+_readiness_lock = threading.Lock()
+_wait_ids = itertools.count(1)
+
+
+def _readiness_mailbox() -> tuple[_Readiness, ObjectRef]:
+    global _readiness
+    with _readiness_lock:
+        hub = get_hub()
+        if _readiness is None or _readiness[1].address != hub.address:
+            servant = _Readiness()
+            _readiness = (servant, hub.register(servant))
+        return _readiness
+
+
+def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
+    """Wait until one of ``object_list`` is ready, like ``multiprocessing.connection.wait``.
+
+    Accepts fiberlite :class:`Connection` objects (ready: something to read, or EOF)
+    together with anything the standard ``wait`` accepts (``Process.sentinel``, sockets,
+    objects with ``fileno()``). Returns the ready ones; an empty list after ``timeout``.
+    """
+    from multiprocessing.connection import wait as os_wait
+    objects = list(object_list)
+    conns = [o for o in objects if isinstance(o, Connection)]
+    others = [o for o in objects if not isinstance(o, Connection)]
+    if not conns:
+        return os_wait(others, timeout)
+    for conn in conns:
+        conn._check_readable()
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    mailbox, mailbox_ref = _readiness_mailbox()
+    wait_id = next(_wait_ids)
+    woken, ready_indexes = mailbox.open(wait_id)
+    watched: list[int] = []
+    stop_r = stop_w = None
+    try:
+        for index, conn in enumerate(conns):
+            if conn._ref.call("watch", conn._end, (wait_id, index), mailbox_ref):
+                ready_indexes.add(index)
+            else:
+                watched.append(index)
+        ready_others = os_wait(others, 0) if others else []
+        if not ready_indexes and not ready_others:
+            if others:  # the descriptors are watched by a thread that rings the same bell
+                stop_r, stop_w = os.pipe()
+                watcher = threading.Thread(target=_watch_descriptors, daemon=True,
+                                           args=(others + [stop_r], stop_r, woken),
+                                           name="fiberlite-wait")
+                watcher.start()
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            woken.wait(remaining)
+            if others:
+                ready_others = os_wait(others, 0)
+        ready = {id(conns[i]) for i in ready_indexes} | {id(o) for o in ready_others}
+        return [o for o in objects if id(o) in ready]
+    finally:
+        mailbox.close(wait_id)
+        if stop_w is not None:
+            try:
+                os.write(stop_w, b"x")  # the watcher thread returns and closes its end
+            except BrokenPipeError:
+                pass  # it has already returned
+            os.close(stop_w)
+        for index in watched:
+            if index not in ready_indexes:
+                try:
+                    conns[index]._ref.cast("unwatch", conns[index]._end, (wait_id, index))
+                except (ConnectionError, ReferenceError):
+                    pass
+
+
+def _watch_descriptors(objects: list, stop_r: int, woken: threading.Event) -> None:
+    from multiprocessing.connection import wait as os_wait
+    try:
+        if stop_r not in os_wait(objects):
+            woken.set()
+    finally:
+        os.close(stop_r)

@@ -121,3 +121,16 @@ class Counter(fiberlite.Process):
 
     def run(self):
         self.q.put(sum(range(self.n)))
+
+
+def send_when_told(go, conn, item) -> None:
+    """Wait for a message on ``go``, then send ``item`` on ``conn``."""
+    go.recv()
+    conn.send(item)
+
+
+def wait_for_connections(conns, out) -> None:
+    """Report which of ``conns`` (by index) fiberlite.connection.wait finds ready."""
+    from fiberlite.connection import wait
+    ready = wait(conns, timeout=30)
+    out.put(sorted(conns.index(c) for c in ready))

@@ -1,0 +1,89 @@
+"""fiberlite.connection.wait: multiprocessing.connection.wait for fiberlite Connections."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import fiberlite
+import jobs
+from fiberlite.connection import wait
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_returns_the_connections_that_have_data():
+    a1, b1 = fiberlite.Pipe()
+    a2, b2 = fiberlite.Pipe()
+    b2.send("hello")
+    assert wait([a1, a2], timeout=5) == [a2]
+    assert a2.recv() == "hello"
+    assert wait([a1, a2], timeout=0) == []
+
+
+def test_times_out_with_an_empty_list():
+    a, _b = fiberlite.Pipe()
+    started = time.monotonic()
+    assert wait([a], timeout=0.3) == []
+    assert time.monotonic() - started >= 0.3
+
+
+def test_wakes_when_a_child_sends():
+    go_here, go_there = fiberlite.Pipe()
+    quiet, _unused = fiberlite.Pipe()
+    mine, theirs = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.send_when_told, args=(go_there, theirs, 42))
+    p.start()
+    assert wait([quiet, mine], timeout=0.2) == []  # nothing sent yet: the child waits for go
+    go_here.send(None)
+    assert wait([quiet, mine], timeout=30) == [mine]
+    assert mine.recv() == 42
+    p.join()
+
+
+def test_eof_counts_as_ready():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.send_then_close, args=(b, []))
+    p.start()
+    b.close()
+    assert wait([a], timeout=30) == [a]
+    with pytest.raises(EOFError):
+        a.recv()
+    p.join()
+
+
+def test_mixes_connections_and_process_sentinels():
+    a, _b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.exit_with, args=(0,))
+    p.start()
+    assert wait([a, p.sentinel], timeout=30) == [p.sentinel]
+    p.join()
+    a.send_bytes(b"x")  # duplex: a's own send lands at b, a stays not ready
+    assert wait([a, p.sentinel], timeout=5) == [p.sentinel]
+
+
+def test_a_child_waits_on_connections_it_holds():
+    a1, b1 = fiberlite.Pipe()
+    a2, b2 = fiberlite.Pipe()
+    out = fiberlite.Queue()
+    p = fiberlite.Process(target=jobs.wait_for_connections, args=([b1, b2], out))
+    p.start()
+    a2.send("for the second")
+    assert out.get(timeout=30) == [1]
+    p.join()
+    assert p.exitcode == 0
+
+
+def test_closed_or_write_only_connections_are_rejected():
+    r, w = fiberlite.Pipe(duplex=False)
+    with pytest.raises(OSError, match="write-only"):
+        wait([w], timeout=0)
+    r.close()
+    with pytest.raises(OSError, match="closed"):
+        wait([r], timeout=0)
+
+
+def test_fileno_points_at_wait():
+    a, _b = fiberlite.Pipe()
+    with pytest.raises(OSError, match="fiberlite.connection.wait"):
+        a.fileno()
