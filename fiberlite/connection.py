@@ -7,11 +7,12 @@ what is left and then gets ``EOFError``, and writing to it raises ``BrokenPipeEr
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .channel import Channel
 from .errors import BufferTooShort
@@ -27,7 +28,8 @@ class PipeServant(LockedServant):
         # inbox[e] holds what end e will read
         self.inbox = (Channel(), Channel())
         self.holders: tuple[set[int], set[int]] = ({LOCAL_PEER}, {LOCAL_PEER})
-        self.pending = [0, 0]  # ends pickled for another job and not yet attached there
+        # ends pickled for another job and not attached there yet: end -> export tokens
+        self.pending: tuple[set[bytes], set[bytes]] = (set(), set())
         # wait() calls to tell when an end becomes readable: end -> {token: readiness ref}
         self.watchers: tuple[dict, dict] = ({}, {})
         if not duplex:  # end 0 only reads, end 1 only writes
@@ -74,17 +76,27 @@ class PipeServant(LockedServant):
                                           self.schedule_expiry, peek=True)
         self.run_actions(actions)
 
-    def op_export(self, request, end: int) -> None:
+    def op_export(self, request, end: int, token: bytes) -> None:
         with self._lock:
-            self.pending[end] += 1
+            self.pending[end].add(token)
         request.reply()
 
-    def op_attach(self, request, end: int) -> None:
+    def op_attach(self, request, end: int, token: bytes) -> None:
         with self._lock:
-            if self.pending[end] > 0:
-                self.pending[end] -= 1
+            self.pending[end].discard(token)
             self.holders[end].add(request.peer)
         request.reply()
+
+    def op_expire(self, request, end: int, token: bytes) -> None:
+        """The job an end was pickled for ended without attaching it: forget the export."""
+        with self._lock:
+            if token not in self.pending[end]:
+                actions: list = []
+            else:
+                self.pending[end].discard(token)
+                actions = self._check_end(end)
+        request.reply()
+        self.run_actions(actions)
 
     def op_close(self, request, end: int) -> None:
         with self._lock:
@@ -123,8 +135,12 @@ class Connection:
 
     def __reduce__(self):
         self._check_closed()
-        self._ref.call("export", self._end)
-        return (_attach, (self._ref, self._end, self._readable, self._writable))
+        token = os.urandom(8)
+        self._ref.call("export", self._end, token)
+        exports = getattr(_export_scope, "exports", None)
+        if exports is not None:
+            exports.append((self._ref, self._end, token))
+        return (_attach, (self._ref, self._end, self._readable, self._writable, token))
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -237,9 +253,35 @@ class Connection:
         return f"<Connection end={self._end} of {self._ref}{' closed' if self._closed else ''}>"
 
 
-def _attach(ref: ObjectRef, end: int, readable: bool, writable: bool) -> Connection:
-    ref.call("attach", end)
+def _attach(ref: ObjectRef, end: int, readable: bool, writable: bool, token: bytes) -> Connection:
+    ref.call("attach", end, token)
     return Connection(ref, end, readable, writable)
+
+
+_export_scope = threading.local()
+
+
+@contextlib.contextmanager
+def exports_for_job() -> Iterator[list]:
+    """Collect the ends pickled by this thread in the block (the arguments of a job being
+    started), so that :func:`expire_exports` can release them if the job never attaches
+    them: the other end then still sees EOF once every real holder has closed it."""
+    outer = getattr(_export_scope, "exports", None)
+    exports: list = []
+    _export_scope.exports = exports
+    try:
+        yield exports
+    finally:
+        _export_scope.exports = outer
+
+
+def expire_exports(exports: list) -> None:
+    """The job these ends were pickled for has ended: forget the ones it never attached."""
+    for ref, end, token in exports:
+        try:
+            ref.cast("expire", end, token)
+        except (ConnectionError, ReferenceError):
+            pass  # the pipe's creator has gone: nothing waits on it
 
 
 def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:

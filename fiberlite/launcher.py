@@ -15,6 +15,7 @@ from typing import Any
 
 from . import config, runtime
 from .backends import JobSpec, get_backend
+from .connection import expire_exports, exports_for_job
 from .hub import Servant, get_hub
 from .meta import requests_of
 from .wire.codec import Payload
@@ -27,8 +28,9 @@ BOOTSTRAP = ["python", "-m", "fiberlite.bootstrap"]
 class JobChannel(Servant):
     """The parent's end of one job: hands over the Process once, records its exit code."""
 
-    def __init__(self, preparation: Payload, process: Payload) -> None:
+    def __init__(self, preparation: Payload, process: Payload, exports: list) -> None:
         self._parts: tuple | None = (preparation, process)
+        self._exports = exports  # pipe ends pickled with the Process
         self.peer: int | None = None
         self.reported: int | None = None
         self.connected = threading.Event()
@@ -50,6 +52,13 @@ class JobChannel(Servant):
     def peer_lost(self, peer: int) -> None:
         if peer == self.peer:
             self.lost.set()
+            self.release_exports()
+
+    def release_exports(self) -> None:
+        """The job has ended: pipe ends it never unpickled no longer hold their pipe open."""
+        exports, self._exports = self._exports, []
+        if exports:
+            expire_exports(exports)
 
 
 def describe_unpicklable(process: Any, exc: Exception) -> str:
@@ -127,8 +136,9 @@ class Launch:
         self.backend = get_backend(backend_name)
         self.backend.preflight()
         hub = get_hub(backend_name)
-        process_payload = pack_process(process)
-        self.channel = JobChannel(Payload.pack(preparation(process)), process_payload)
+        with exports_for_job() as exports:
+            process_payload = pack_process(process)
+        self.channel = JobChannel(Payload.pack(preparation(process)), process_payload, exports)
         self.ref = hub.register(self.channel)
         self.job = self.backend.create_job(job_spec(process, backend_name, hub.address, self.ref.oid))
         self.pid = self.job.pid
@@ -142,6 +152,7 @@ class Launch:
                 reported = self.channel.reported  # exact even where a backend only sees 128+N
                 self.returncode = reported if reported is not None else code
                 get_hub().unregister(self.ref.oid)
+                self.channel.release_exports()
                 try:
                     self.backend.cleanup(self.job)
                 except Exception:

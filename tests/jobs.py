@@ -134,3 +134,18 @@ def wait_for_connections(conns, out) -> None:
     from fiberlite.connection import wait
     ready = wait(conns, timeout=30)
     out.put(sorted(conns.index(c) for c in ready))
+
+
+def _refuse_to_load() -> None:
+    raise RuntimeError("this argument cannot be loaded in the job")
+
+
+class LoadsBadly:
+    """An argument that pickles fine but fails to unpickle in the job."""
+
+    def __reduce__(self):
+        return (_refuse_to_load, ())
+
+
+def take_args(*args) -> None:
+    pass

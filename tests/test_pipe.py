@@ -115,3 +115,17 @@ def test_context_manager_closes():
         b.send(1)
         assert a.recv() == 1
     assert a.closed
+
+
+def test_eof_when_the_job_never_unpickled_its_end():
+    """The end passed to a job that fails before loading its arguments does not keep the
+    pipe open (multiprocessing: the child's descriptor closes when it dies)."""
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.take_args, args=(jobs.LoadsBadly(), b))
+    p.start()
+    b.close()
+    assert a.poll(30)  # EOF, not a wait for ever
+    with pytest.raises(EOFError):
+        a.recv()
+    p.join()
+    assert p.exitcode != 0
