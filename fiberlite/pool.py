@@ -11,8 +11,10 @@ accumulates tasks that an idle one could run.
   once, and sent to a worker with the first chunk of that group it receives; the worker
   caches it by group id until the master says the group is finished (``forget``).
 * Items are cut into *chunks* of ``chunksize`` items, each pickled once in the caller's
-  thread (an unpicklable argument fails there, naming it). ``imap`` reads its input
-  lazily, at most a window of items ahead of what the caller consumed.
+  thread (an unpicklable argument fails there, naming it). ``map`` queues them as they
+  are pickled, in batches of 1, 2, 4... chunks, so workers start on the first chunks
+  while the rest are pickled. ``imap`` reads its input lazily, at most a window of
+  items ahead of what the caller consumed.
 * ``next(wid, results, values, want)`` is the one round trip of a worker: it carries
   the results of the chunks finished since the last message and asks for ``want``
   more. The reply is ``(chunks, functions, forget)``, or ``None`` for *exit*. When no
@@ -51,7 +53,7 @@ import types
 import warnings
 import weakref
 from multiprocessing.connection import wait as wait_for
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from .errors import ProcessError
 from .hub import get_hub
@@ -160,7 +162,7 @@ def pack_arguments(args: tuple, kwds: dict, method: str) -> Any:
             "worker jobs; pass picklable objects, or create the object inside the task.")) from None
 
 
-def pack_items(items: list, start: int, method: str) -> Any:
+def pack_items(items: Sequence, start: int, method: str) -> Any:
     try:
         return pack(items)
     except Exception as exc:
@@ -529,9 +531,9 @@ class Pool:
                    method: str, callback: Callable | None = None,
                    error_callback: Callable | None = None) -> MapResult:
         core = self._check_running()
-        if not hasattr(iterable, "__len__"):
+        if not isinstance(iterable, (list, tuple, range)):  # sliceable, and its length is exact
             iterable = list(iterable)
-        length = len(iterable)  # type: ignore[arg-type]
+        length = len(iterable)
         if chunksize is None:
             chunksize, extra = divmod(length, self._processes * 4)
             if extra:
@@ -541,28 +543,34 @@ class Pool:
         if length == 0:
             return MapResult(core, 0, callback, error_callback)
         payload = pack_call(kind, func, method)
-        pieces = []
-        sliceable = isinstance(iterable, (list, tuple, range))  # a range slice is a range
-        source = iter(iterable)
-        for start in range(0, length, chunksize):
-            if sliceable:
-                items = iterable[start:start + chunksize]  # type: ignore[index]
-            else:
-                items = list(itertools.islice(source, chunksize))
-            if not items:
-                break
-            pieces.append((start, len(items), pack_items(items, start, method)))
-        sink = MapResult(core, sum(count for _, count, _ in pieces), callback, error_callback)
+        sink = MapResult(core, length, callback, error_callback)
         dispatcher = core.dispatcher
         group = dispatcher.new_group(payload, _name(func), sink)
-        chunks = [dispatcher.make_chunk(group, start, count, data) for start, count, data in pieces]
-        self._submit(core, sink, group, chunks)
+        chunks: list = []
+        batch = 1  # chunks are queued as they are pickled, 1, 2, 4... at a time: workers
+        #            start on the first ones while the others are pickled
+        submitted = False
+        try:
+            for start in range(0, length, chunksize):
+                items = iterable[start:start + chunksize]  # a range slice is a range
+                data = pack_items(items, start, method)
+                chunks.append(dispatcher.make_chunk(group, start, len(items), data))
+                if len(chunks) >= batch and start + chunksize < length:
+                    self._submit(core, sink, group, chunks, seal=False, new=not submitted)
+                    submitted, chunks, batch = True, [], 2 * batch
+        except BaseException:
+            core.forget_result(sink._job)  # the caller gets the error; nobody waits for the sink
+            if submitted:
+                dispatcher.seal(group)  # the chunks already queued run, their results are dropped
+            raise
+        self._submit(core, sink, group, chunks, new=not submitted)
         return sink
 
     @staticmethod
-    def _submit(core: _Core, sink: Any, group: Any, chunks: list, seal: bool = True) -> None:
+    def _submit(core: _Core, sink: Any, group: Any, chunks: list, seal: bool = True,
+                new: bool = True) -> None:
         try:
-            core.dispatcher.submit(group, chunks, seal=seal, new=True)
+            core.dispatcher.submit(group, chunks, seal=seal, new=new)
         except BaseException:
             core.forget_result(sink._job)
             raise

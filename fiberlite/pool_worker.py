@@ -22,7 +22,7 @@ from typing import Any
 
 import cloudpickle
 
-from .wire.codec import PROTOCOL, Payload
+from .wire.codec import OUT_OF_BAND_MIN, PROTOCOL, Payload, dumps
 
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
@@ -32,28 +32,32 @@ MAX_BATCH = 512
 MESSAGE_BYTES = 4 << 20  # results of about this size per message at most
 LOADED_FUNCTIONS = 64  # unpickled functions kept for reuse by later calls
 
-_PLAIN = frozenset({int, float, str, bytes, bool, type(None), complex})
+_PLAIN = frozenset({int, float, str, bool, type(None), complex})  # and bytes, when small
 
 
 # -- the format of chunks and results ---------------------------------------------------------
 def pack(obj: Any) -> Any:
-    """Pickle ``obj`` for a worker: bytes, or a Payload when it has out-of-band buffers."""
+    """Pickle ``obj`` for a worker: bytes, or a Payload when it has out-of-band buffers
+    (numpy arrays, large ``bytes``: see :func:`fiberlite.wire.codec.dumps`)."""
     kind = type(obj)
     if kind is range or (kind in (list, tuple) and len(obj) <= 16 and all(_plain(x) for x in obj)):
         return pickle.dumps(obj, PROTOCOL)  # nothing cloudpickle would treat differently
-    buffers: list = []
-    data = cloudpickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
+    data, buffers = dumps(obj)
     if not buffers:
         return data
-    return Payload(data, [b.raw() for b in buffers])
+    return Payload(data, buffers)
+
+
+def _atom(obj: Any) -> bool:
+    kind = type(obj)
+    return kind in _PLAIN or (kind is bytes and len(obj) < OUT_OF_BAND_MIN)
 
 
 def _plain(obj: Any) -> bool:
-    kind = type(obj)
-    if kind in _PLAIN:
+    if _atom(obj):
         return True
-    if kind is tuple and len(obj) <= 8:
-        return all(type(x) in _PLAIN for x in obj)
+    if type(obj) is tuple and len(obj) <= 8:
+        return all(_atom(x) for x in obj)
     return False
 
 

@@ -336,6 +336,14 @@ def test_unpicklable_function_and_arguments(pool):
     assert pool.map(square, [1, 2]) == [1, 4]  # the pool is fine
 
 
+def test_unpicklable_item_after_the_first_chunks_were_queued(pool):
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="item 40 of the iterable"):
+        pool.map(square, [*range(40), lock], 1)  # the first chunks are queued before item 40 fails
+    assert pool.map(square, range(10), 1) == [x * x for x in range(10)]
+    assert pool._core.results == {}  # the failed call left no result behind
+
+
 def test_unpicklable_result(pool):
     for _ in range(3):
         result = pool.apply_async(return_lock)

@@ -3,11 +3,12 @@
 A frame is ``u32 n`` + ``n`` x ``u64`` buffer lengths + the pickle + the buffers, so
 large ``bytes`` and numpy arrays travel without being copied into the pickle stream.
 Envelopes (protocol messages) use the C pickler; user objects are wrapped in a
-:class:`Payload`, pickled with cloudpickle by the sender and opaque to every hop
-in between.
+:class:`Payload`, pickled with cloudpickle by the sender (:func:`dumps`: large
+``bytes`` and ``bytearray`` out of band too) and opaque to every hop in between.
 """
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 from typing import Any
@@ -39,11 +40,10 @@ class Payload:
     @classmethod
     def pack(cls, obj: Any) -> "Payload":
         """Pickle ``obj`` (functions and classes of ``__main__`` by value)."""
-        if type(obj) in _PLAIN:  # same bytes as cloudpickle, without its Pickler set-up
-            return cls(pickle.dumps(obj, protocol=PROTOCOL))
-        buffers: list = []
-        data = cloudpickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
-        return cls(data, [b.raw() for b in buffers])
+        kind = type(obj)
+        if kind in _PLAIN and (kind is not bytes or len(obj) < OUT_OF_BAND_MIN):
+            return cls(pickle.dumps(obj, protocol=PROTOCOL))  # as cloudpickle, without its set-up
+        return cls(*dumps(obj))
 
     @classmethod
     def raw(cls, data: bytes) -> "Payload":
@@ -59,7 +59,7 @@ class Payload:
     def unpack(self) -> Any:
         if self.buffers is None:
             return pickle.loads(self.data)
-        return pickle.loads(self.data, buffers=self.buffers)
+        return loads(self.data, self.buffers)
 
     def as_bytes(self) -> bytes:
         """The message as one byte string (``recv_bytes`` on a pickled message)."""
@@ -81,6 +81,113 @@ class Payload:
             return (_rebuild_raw, (pickle.PickleBuffer(self.data),))
         return (_rebuild, (pickle.PickleBuffer(self.data),
                            *[pickle.PickleBuffer(b) for b in self.buffers]))
+
+
+class _InBand(Exception):
+    """The fast pass met a large ``bytes`` or ``bytearray``: pickle again with :class:`_Pickler`."""
+
+
+_HEADERS = ((b"B", struct.Struct("<I")), (b"\x8e", _LENGTH))  # BINBYTES, BINBYTES8
+
+
+class _Parts:
+    """The file of the fast pass: keeps the pieces the pickler writes.
+
+    The C pickler writes a ``bytes`` or ``bytearray`` of 64 KiB or more (its frame size,
+    equal to :data:`OUT_OF_BAND_MIN`) as a write of the object itself, right after a
+    write ending with its opcode and length: that is how one is recognised. A false
+    alarm only costs the exact second pass.
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list = []
+
+    def write(self, data: Any) -> None:
+        if type(data) is not bytes or (len(data) >= OUT_OF_BAND_MIN and self._after_header(len(data))):
+            raise _InBand
+        self.parts.append(data)
+
+    def _after_header(self, n: int) -> bool:
+        if not self.parts:
+            return False
+        last = self.parts[-1]
+        for opcode, length in _HEADERS:
+            if n < 1 << (8 * length.size) and last.endswith(opcode + length.pack(n)):
+                return True
+        return False
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle's Pickler that saves every ``bytes`` and ``bytearray`` of
+    :data:`OUT_OF_BAND_MIN` bytes or more as an out-of-band buffer (pickle puts them in
+    the stream whatever their size, and never asks ``reducer_override`` about them).
+
+    The hook is ``persistent_id``: it sees every object, so this pickler is slower on
+    many small objects and :func:`dumps` uses it only when the fast pass found one.
+    """
+
+    def __init__(self, file: Any, buffer_callback: Any) -> None:
+        super().__init__(file, protocol=PROTOCOL, buffer_callback=buffer_callback)
+        self._large: dict[int, tuple[int, Any]] = {}  # id -> (index, object kept alive)
+
+    def persistent_id(self, obj: Any) -> Any:
+        kind = type(obj)
+        if (kind is bytes or kind is bytearray) and len(obj) >= OUT_OF_BAND_MIN:
+            seen = self._large.get(id(obj))
+            if seen is not None:
+                return seen[0]  # the same object again: loaded once, shared
+            self._large[id(obj)] = (len(self._large), obj)
+            return (kind is bytearray, pickle.PickleBuffer(obj))
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    """Loads what :class:`_Pickler` wrote: real ``bytes`` and ``bytearray`` again."""
+
+    def __init__(self, data: Any, buffers: Any) -> None:
+        super().__init__(io.BytesIO(data), buffers=buffers)
+        self._loaded: list = []
+
+    def persistent_load(self, pid: Any) -> Any:
+        if type(pid) is int and 0 <= pid < len(self._loaded):
+            return self._loaded[pid]
+        if type(pid) is tuple and len(pid) == 2 and type(pid[0]) is bool:
+            obj = (bytearray if pid[0] else bytes)(pid[1])
+            self._loaded.append(obj)
+            return obj
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+
+
+def dumps(obj: Any) -> tuple[bytes, list]:
+    """Pickle ``obj`` with cloudpickle: ``(pickle, out-of-band buffers)``.
+
+    Buffers are numpy arrays and the like, and ``bytes`` / ``bytearray`` of
+    :data:`OUT_OF_BAND_MIN` bytes or more. Most objects hold no large ``bytes``: the
+    fast pass pickles them with cloudpickle as it is, and stops at the first large one
+    to pickle again with :class:`_Pickler`.
+    """
+    buffers: list = []
+    out = _Parts()
+    try:
+        cloudpickle.Pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(obj)
+    except _InBand:
+        buffers = []
+        file = io.BytesIO()
+        _Pickler(file, buffers.append).dump(obj)
+        data = file.getvalue()
+    else:
+        parts = out.parts
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return data, [b.raw() for b in buffers]
+
+
+def loads(data: Any, buffers: Any) -> Any:
+    """Load what :func:`dumps` returned (``buffers`` may be views of a received frame)."""
+    if not buffers:
+        return pickle.loads(data)
+    return _Unpickler(data, buffers).load()
 
 
 def _rebuild(data, *buffers) -> Payload:
