@@ -14,6 +14,7 @@ from typing import Any
 from . import runtime
 from .scheduler import Scheduler
 from .wire.client import Client
+from .wire.codec import Payload
 from .wire.server import Request, Server
 
 log = logging.getLogger(__name__)
@@ -256,7 +257,7 @@ class ObjectRef:
         """Like :meth:`call` for operations that never wait, without waiting for the reply."""
         hub = _hub
         if hub is not None and hub.address == self.address:
-            hub.call_local(self.oid, method, args)
+            hub.call_local(self.oid, method, _owned(args))
         else:
             connect(self.address).cast((self.oid, method, args))
 
@@ -264,11 +265,21 @@ class ObjectRef:
         """Run ``method`` on the servant and return its reply (or raise its error)."""
         hub = _hub
         if hub is not None and hub.address == self.address:
-            return hub.call_local(self.oid, method, args)
+            return hub.call_local(self.oid, method, _owned(args))
         ok, value = connect(self.address).request((self.oid, method, args))
         if ok:
             return value
         raise value
+
+
+def _owned(args: tuple) -> tuple:
+    """``args`` of a call to a servant of this process: a remote call is encoded (copied)
+    when it is sent, a local one is handed over as it is, so payloads that view the
+    caller's memory are copied here (``send(array)`` then ``array[:] = 0`` is safe)."""
+    for arg in args:
+        if type(arg) is Payload and arg.buffers:
+            return tuple(a.owned() if type(a) is Payload else a for a in args)
+    return args
 
 
 class LockedServant(Servant):

@@ -149,3 +149,10 @@ class LoadsBadly:
 
 def take_args(*args) -> None:
     pass
+
+
+def report_sum(source, out) -> None:
+    """Receive one numpy array or bytes-like object from ``source`` (a Connection or a
+    Queue) and put its byte sum on ``out``."""
+    item = source.recv() if hasattr(source, "recv") else source.get()
+    out.put(sum(memoryview(item).cast("B")))

@@ -129,3 +129,24 @@ def test_eof_when_the_job_never_unpickled_its_end():
         a.recv()
     p.join()
     assert p.exitcode != 0
+
+
+@pytest.mark.parametrize("kind", ["numpy", "bytearray"])
+@pytest.mark.parametrize("via", ["pipe", "queue"])
+def test_what_was_sent_does_not_change_when_the_sender_changes_it(kind, via):
+    """Large objects travel out of band as views of the sender's memory; one kept for a
+    reader that has not asked yet is a copy made at send time."""
+    import numpy as np
+    data = np.ones(256 * 1024, dtype=np.uint8) if kind == "numpy" else bytearray(b"\x01" * 256 * 1024)
+    out = fiberlite.Queue()
+    if via == "pipe":
+        mine, source = fiberlite.Pipe()
+        mine.send(data)
+    else:
+        source = fiberlite.Queue()
+        source.put(data)
+    data[:] = b"\x00" * len(data) if kind == "bytearray" else 0  # before anyone received it
+    p = fiberlite.Process(target=jobs.report_sum, args=(source, out))
+    p.start()
+    assert out.get(timeout=30) == 256 * 1024
+    p.join()

@@ -69,6 +69,14 @@ class Payload:
             return bytes(self.data)
         return pickle.dumps(self.unpack(), protocol=PROTOCOL)
 
+    def owned(self) -> "Payload":
+        """This payload with private copies of its out-of-band buffers, which are views
+        of the sender's objects (a numpy array, a large bytes): kept for later, it must
+        not change when the sender changes them after sending."""
+        if not self.buffers:
+            return self
+        return Payload(self.data, [bytearray(b) for b in self.buffers])
+
     def nbytes(self) -> int:
         return len(self.data) + sum(memoryview(b).nbytes for b in self.buffers or ())
 
