@@ -7,14 +7,14 @@ what is left and then gets ``EOFError``, and writing to it raises ``BrokenPipeEr
 """
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import threading
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from .channel import Channel
+from .handles import job_exports
 from .errors import BufferTooShort
 from .hub import LOCAL_PEER, LockedServant, ObjectRef, Servant, get_hub
 from .wire.codec import Payload
@@ -137,9 +137,9 @@ class Connection:
         self._check_closed()
         token = os.urandom(8)
         self._ref.call("export", self._end, token)
-        exports = getattr(_export_scope, "exports", None)
-        if exports is not None:
-            exports.append((self._ref, self._end, token))
+        exports = job_exports()
+        if exports is not None:  # pickled for a job: if it never loads it, forget the export
+            exports.append((self._ref, "expire", (self._end, token)))
         return (_attach, (self._ref, self._end, self._readable, self._writable, token))
 
     # -- state ---------------------------------------------------------------------------
@@ -256,32 +256,6 @@ class Connection:
 def _attach(ref: ObjectRef, end: int, readable: bool, writable: bool, token: bytes) -> Connection:
     ref.call("attach", end, token)
     return Connection(ref, end, readable, writable)
-
-
-_export_scope = threading.local()
-
-
-@contextlib.contextmanager
-def exports_for_job() -> Iterator[list]:
-    """Collect the ends pickled by this thread in the block (the arguments of a job being
-    started), so that :func:`expire_exports` can release them if the job never attaches
-    them: the other end then still sees EOF once every real holder has closed it."""
-    outer = getattr(_export_scope, "exports", None)
-    exports: list = []
-    _export_scope.exports = exports
-    try:
-        yield exports
-    finally:
-        _export_scope.exports = outer
-
-
-def expire_exports(exports: list) -> None:
-    """The job these ends were pickled for has ended: forget the ones it never attached."""
-    for ref, end, token in exports:
-        try:
-            ref.cast("expire", end, token)
-        except (ConnectionError, ReferenceError):
-            pass  # the pipe's creator has gone: nothing waits on it
 
 
 def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:

@@ -20,6 +20,7 @@ from .wire.server import Request, Server
 log = logging.getLogger(__name__)
 
 LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
+_HOLD_OPS = frozenset({"__hold__", "__release__", "__pin__"})  # see fiberlite.handles
 EXIT_FLUSH_SECONDS = 30.0
 
 
@@ -80,34 +81,88 @@ class LocalRequest:
         raise value
 
 
+class _Holds:
+    """Why a servant created through a handle is kept (see :mod:`fiberlite.handles`)."""
+
+    __slots__ = ("local", "jobs", "pinned")
+
+    def __init__(self) -> None:
+        self.local = 1       # handles alive in this process
+        self.jobs: set[bytes] = set()  # tokens of jobs it was pickled for, not ended
+        self.pinned = False  # pickled some other way: kept until this process exits
+
+    def empty(self) -> bool:
+        return not (self.local or self.jobs or self.pinned)
+
+
 class Hub:
     """The per-process server and registry of servants."""
 
     def __init__(self, host: str) -> None:
         self.scheduler = Scheduler()
         self._objects: dict[int, Servant] = {}
+        self._holds: dict[int, _Holds] = {}
         self._next_id = 1
-        self._lock = threading.Lock()
+        # reentrant: a handle's finalizer may run (garbage collection) while this
+        # thread holds it
+        self._lock = threading.RLock()
         self.server = Server(runtime.key(), host, self._handle, self._peer_lost,
                              self.scheduler.call_soon)
         self.address = self.server.address
 
-    def register(self, servant: Servant) -> "ObjectRef":
+    def register(self, servant: Servant, held: bool = False) -> "ObjectRef":
+        """Serve ``servant``; ``held``: until its holds end (one local handle to start
+        with, see :mod:`fiberlite.handles`), else until :meth:`unregister`."""
         with self._lock:
             oid = self._next_id
             self._next_id += 1
             self._objects[oid] = servant
+            if held:
+                self._holds[oid] = _Holds()
         return ObjectRef(self.address, oid)
 
     def unregister(self, oid: int) -> None:
         with self._lock:
             self._objects.pop(oid, None)
+            self._holds.pop(oid, None)
+
+    def retain_local(self, oid: int) -> bool:
+        """One more handle on ``oid`` in this process (False: ``oid`` is not held)."""
+        with self._lock:
+            holds = self._holds.get(oid)
+            if holds is not None:
+                holds.local += 1
+            return holds is not None
+
+    def release_local(self, oid: int) -> None:
+        self._change_holds(oid, "local")
+
+    def _change_holds(self, oid: int, what: str, token: bytes | None = None) -> None:
+        with self._lock:
+            holds = self._holds.get(oid)
+            if holds is None:
+                return
+            if what == "local":
+                holds.local -= 1
+            elif what == "__hold__":
+                holds.jobs.add(token)  # type: ignore[arg-type]
+            elif what == "__release__":
+                holds.jobs.discard(token)  # type: ignore[arg-type]
+            else:
+                holds.pinned = True
+            if holds.empty():
+                del self._holds[oid]
+                del self._objects[oid]
 
     def servant(self, oid: int) -> Servant | None:
         return self._objects.get(oid)
 
     def _handle(self, request: Request, message: Any) -> None:
         oid, method, args = message
+        if method in _HOLD_OPS:
+            self._change_holds(oid, method, *args)
+            request.reply()
+            return
         servant = self._objects.get(oid)
         if servant is None:
             request.fail(ReferenceError(f"object {oid} no longer exists in {self.address}"))
@@ -118,6 +173,8 @@ class Hub:
             request.fail(exc)
 
     def call_local(self, oid: int, method: str, args: tuple) -> Any:
+        if method in _HOLD_OPS:
+            return self._change_holds(oid, method, *args)
         servant = self._objects.get(oid)
         if servant is None:
             raise ReferenceError(f"object {oid} no longer exists in this process")

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import config, runtime
 from .backends import JobSpec, get_backend
-from .connection import expire_exports, exports_for_job
+from .handles import expire_exports, exports_for_job
 from .hub import Servant, get_hub
 from .meta import requests_of
 from .wire.codec import Payload
@@ -137,10 +137,16 @@ class Launch:
         self.backend.preflight()
         hub = get_hub(backend_name)
         with exports_for_job() as exports:
-            process_payload = pack_process(process)
-        self.channel = JobChannel(Payload.pack(preparation(process)), process_payload, exports)
-        self.ref = hub.register(self.channel)
-        self.job = self.backend.create_job(job_spec(process, backend_name, hub.address, self.ref.oid))
+            try:
+                process_payload = pack_process(process)
+                self.channel = JobChannel(Payload.pack(preparation(process)), process_payload,
+                                          exports)
+                self.ref = hub.register(self.channel)
+                self.job = self.backend.create_job(
+                    job_spec(process, backend_name, hub.address, self.ref.oid))
+            except BaseException:
+                expire_exports(exports)  # no job will use what was pickled for it
+                raise
         self.pid = self.job.pid
         self.returncode: int | None = None
         self._sentinel: int | None = None

@@ -9,11 +9,11 @@ to land before it exits, and ``join_thread()`` waits for them too.
 from __future__ import annotations
 
 import queue
-import weakref
 from typing import Any
 
+from . import handles
 from .channel import Channel
-from .hub import LockedServant, ObjectRef, get_hub
+from .hub import LockedServant, ObjectRef
 from .wire.codec import Payload
 
 Empty = queue.Empty
@@ -79,13 +79,11 @@ class Queue:
         if maxsize < 0:
             maxsize = 0
         self._maxsize = maxsize
-        hub = get_hub()
-        self._ref = hub.register(QueueServant(maxsize))
+        self._ref = handles.register(self, QueueServant(maxsize))
         self._closed = False
-        self._finalizer = weakref.finalize(self, hub.unregister, self._ref.oid)
 
     def __reduce__(self):
-        self._finalizer.detach()  # other jobs may use it from now on: keep it alive
+        handles.exported(self._ref)
         return (_rebuild, (type(self), self._ref, self._maxsize))
 
     def _check_open(self) -> None:
@@ -153,13 +151,11 @@ class SimpleQueue:
     """An unbounded queue with ``get``, ``put``, ``empty`` and ``close``."""
 
     def __init__(self, *, ctx: Any = None) -> None:
-        hub = get_hub()
-        self._ref = hub.register(QueueServant(0))
+        self._ref = handles.register(self, QueueServant(0))
         self._closed = False
-        self._finalizer = weakref.finalize(self, hub.unregister, self._ref.oid)
 
     def __reduce__(self):
-        self._finalizer.detach()
+        handles.exported(self._ref)
         return (_rebuild, (type(self), self._ref, 0))
 
     def _check_open(self) -> None:
@@ -189,6 +185,5 @@ def _rebuild(cls: type, ref: ObjectRef, maxsize: int) -> Any:
     obj._ref = ref
     obj._maxsize = maxsize
     obj._closed = False
-    obj._finalizer = weakref.finalize(obj, lambda: None)
-    obj._finalizer.detach()
+    handles.loaded(obj, ref)
     return obj

@@ -222,7 +222,7 @@ class _SyncMixin:
     def get_obj(self) -> Any:
         """The unsynchronized object (accesses do not wait for the lock)."""
         raw = self._raw_class.__new__(self._raw_class)
-        object.__setattr__(raw, "__dict__", dict(self.__dict__, _finalizer=None))
+        object.__setattr__(raw, "__dict__", dict(self.__dict__))
         raw._keep = self  # the raw object keeps the servant alive too
         return raw
 

@@ -30,12 +30,12 @@ import itertools
 import os
 import secrets
 import time
-import weakref
 from functools import partial
 from threading import BrokenBarrierError, get_ident
 from typing import Any, Callable
 
-from .hub import LOCAL_PEER, LockedServant, ObjectRef, current_hub, get_hub
+from . import handles
+from .hub import LOCAL_PEER, LockedServant, ObjectRef, current_hub
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier",
            "BrokenBarrierError", "NotOwnedError"]
@@ -624,10 +624,8 @@ class _Shared:
     _servant: Any  # the servant itself when it lives in this process (direct calls)
 
     def _register(self, servant: Any) -> None:
-        hub = get_hub()
-        self._ref = hub.register(servant)
+        self._ref = handles.register(self, servant)
         self._servant = servant
-        self._finalizer = weakref.finalize(self, hub.unregister, self._ref.oid)
 
     def _getstate(self) -> tuple:
         return ()
@@ -636,9 +634,7 @@ class _Shared:
         pass
 
     def __reduce__(self):
-        finalizer = getattr(self, "_finalizer", None)
-        if finalizer is not None:
-            finalizer.detach()  # other jobs may use it from now on: keep it alive
+        handles.exported(self._ref)
         return (_rebuild, (type(self), self._ref, self._getstate()))
 
 
@@ -646,8 +642,8 @@ def _rebuild(cls: type, ref: ObjectRef, state: tuple) -> Any:
     obj = cls.__new__(cls)
     obj._ref = ref
     obj._servant = _local_servant(ref)
-    obj._finalizer = None
     obj._setstate(state)
+    handles.loaded(obj, ref)
     return obj
 
 

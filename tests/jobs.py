@@ -156,3 +156,10 @@ def report_sum(source, out) -> None:
     Queue) and put its byte sum on ``out``."""
     item = source.recv() if hasattr(source, "recv") else source.get()
     out.put(sum(memoryview(item).cast("B")))
+
+
+def use_after_go(go, q, out) -> None:
+    """When told on ``go``, round-trip a value through ``q`` and report it on ``out``."""
+    go.recv()
+    q.put("through q")
+    out.put(q.get())
