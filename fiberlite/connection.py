@@ -2,13 +2,17 @@
 
 Both ends are served by the hub of the process that created the pipe: each end reads
 from its own channel and writes into the other's. The pipe knows which processes hold
-each end; once every holder of one end has closed it (or exited), the other end reads
-what is left and then gets ``EOFError``, and writing to it raises ``BrokenPipeError``.
+each end (a Connection closes when it is collected, as in ``multiprocessing``); once
+every holder of one end has closed it (or exited), the other end reads what is left
+and then gets ``EOFError``, and writing to it raises ``BrokenPipeError``. When neither
+end is held any more, the pipe leaves its hub.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 import os
+import queue
 import threading
 import time
 from typing import Any, Iterable
@@ -27,7 +31,9 @@ class PipeServant(LockedServant):
         super().__init__()
         # inbox[e] holds what end e will read
         self.inbox = (Channel(), Channel())
-        self.holders: tuple[set[int], set[int]] = ({LOCAL_PEER}, {LOCAL_PEER})
+        # how many Connection objects each process holds, per end
+        self.holders = (collections.Counter({LOCAL_PEER: 1}), collections.Counter({LOCAL_PEER: 1}))
+        self.oid: int | None = None  # set by Pipe(): dropped from the hub once both ends are
         # ends pickled for another job and not attached there yet: end -> export tokens
         self.pending: tuple[set[bytes], set[bytes]] = (set(), set())
         # wait() calls to tell when an end becomes readable: end -> {token: readiness ref}
@@ -84,7 +90,7 @@ class PipeServant(LockedServant):
     def op_attach(self, request, end: int, token: bytes) -> None:
         with self._lock:
             self.pending[end].discard(token)
-            self.holders[end].add(request.peer)
+            self.holders[end][request.peer] += 1
         request.reply()
 
     def op_expire(self, request, end: int, token: bytes) -> None:
@@ -100,7 +106,10 @@ class PipeServant(LockedServant):
 
     def op_close(self, request, end: int) -> None:
         with self._lock:
-            self.holders[end].discard(request.peer)
+            holders = self.holders[end]
+            holders[request.peer] -= 1
+            if holders[request.peer] <= 0:
+                del holders[request.peer]
             actions = self._check_end(end)
         request.reply()
         self.run_actions(actions)
@@ -108,17 +117,20 @@ class PipeServant(LockedServant):
     def _check_end(self, end: int) -> list:
         if self.holders[end] or self.pending[end]:
             return []
+        other = 1 - end
+        if self.oid is not None and not (self.holders[other] or self.pending[other]):
+            get_hub().unregister(self.oid)  # nobody holds either end: the pipe is gone
+            self.oid = None
         # nobody holds `end` any more: its peer reads EOF, writes to it break
-        return (self.inbox[1 - end].close_writers() + self.inbox[end].close_readers()
-                + self._wake(1 - end))
+        return (self.inbox[other].close_writers() + self.inbox[end].close_readers()
+                + self._wake(other))
 
     def peer_lost(self, peer: int) -> None:
         actions: list = []
         with self._lock:
             for end in (0, 1):
                 self.inbox[end].drop_peer(peer)
-                if peer in self.holders[end]:
-                    self.holders[end].discard(peer)
+                if self.holders[end].pop(peer, 0):
                     actions += self._check_end(end)
         self.run_actions(actions)
 
@@ -132,6 +144,14 @@ class Connection:
         self._readable = readable
         self._writable = writable
         self._closed = False
+        _start_closer()
+
+    def __del__(self) -> None:
+        # as a multiprocessing Connection closes its descriptor when collected; a
+        # finalizer must not take locks, so a thread of its own does the closing
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            _to_close.put((self._ref, self._end))
 
     def __reduce__(self):
         self._check_closed()
@@ -260,10 +280,36 @@ def _attach(ref: ObjectRef, end: int, readable: bool, writable: bool, token: byt
 
 def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     """Two connected ends; with ``duplex=False`` the first only receives, the second only sends."""
-    ref = get_hub().register(PipeServant(duplex))
+    servant = PipeServant(duplex)
+    ref = get_hub().register(servant)
+    servant.oid = ref.oid
     if duplex:
         return Connection(ref, 0, True, True), Connection(ref, 1, True, True)
     return Connection(ref, 0, True, False), Connection(ref, 1, False, True)
+
+
+_to_close: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a finalizer
+_closer: threading.Thread | None = None
+_closer_lock = threading.Lock()
+
+
+def _start_closer() -> None:
+    global _closer
+    if _closer is None:
+        with _closer_lock:
+            if _closer is None:
+                _closer = threading.Thread(target=_close_collected, name="fiberlite-close",
+                                           daemon=True)
+                _closer.start()
+
+
+def _close_collected() -> None:
+    while True:
+        ref, end = _to_close.get()
+        try:
+            ref.cast("close", end)
+        except Exception:
+            pass  # the pipe's creator has gone, or this process is exiting
 
 
 # -- wait() ----------------------------------------------------------------------------------

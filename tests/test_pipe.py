@@ -150,3 +150,41 @@ def test_what_was_sent_does_not_change_when_the_sender_changes_it(kind, via):
     p.start()
     assert out.get(timeout=30) == 256 * 1024
     p.join()
+
+
+def _start_sender(items):
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=jobs.send_then_close, args=(b, items))
+    p.start()
+    return a, p  # b goes out of scope here, as in many multiprocessing scripts
+
+
+def test_eof_when_the_parent_dropped_its_copy_without_closing_it():
+    import gc
+    a, p = _start_sender([1, 2])
+    gc.collect()
+    assert [a.recv(), a.recv()] == [1, 2]
+    assert a.poll(30)
+    with pytest.raises(EOFError):
+        a.recv()
+    p.join()
+
+
+def test_a_pipe_is_freed_once_both_ends_are_closed():
+    from fiberlite.hub import get_hub
+    a, b = fiberlite.Pipe()
+    oid = a._ref.oid
+    a.close()
+    assert get_hub().servant(oid) is not None  # b is still held
+    b.close()
+    assert get_hub().servant(oid) is None
+
+
+def test_closing_one_copy_keeps_the_other_copy_of_an_end_open():
+    import pickle
+    a, b = fiberlite.Pipe()
+    b2 = pickle.loads(pickle.dumps(b))
+    b.close()
+    b2.send("still open")
+    assert a.recv() == "still open"
+    assert not a.poll(0)
