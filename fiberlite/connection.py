@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-import queue
 import threading
 import time
 from typing import Any, Iterable
@@ -20,6 +19,7 @@ from typing import Any, Iterable
 from .channel import Channel
 from .handles import job_exports
 from .errors import BufferTooShort
+from .finalizing import CastQueue
 from .hub import LOCAL_PEER, LockedServant, ObjectRef, Servant, get_hub
 from .wire.codec import Payload
 
@@ -144,14 +144,14 @@ class Connection:
         self._readable = readable
         self._writable = writable
         self._closed = False
-        _start_closer()
+        _closes.start()
 
     def __del__(self) -> None:
         # as a multiprocessing Connection closes its descriptor when collected; a
         # finalizer must not take locks, so a thread of its own does the closing
         if not getattr(self, "_closed", True):
             self._closed = True
-            _to_close.put((self._ref, self._end))
+            _closes.put(self._ref, "close", self._end)
 
     def __reduce__(self):
         self._check_closed()
@@ -288,28 +288,7 @@ def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     return Connection(ref, 0, True, False), Connection(ref, 1, False, True)
 
 
-_to_close: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in a finalizer
-_closer: threading.Thread | None = None
-_closer_lock = threading.Lock()
-
-
-def _start_closer() -> None:
-    global _closer
-    if _closer is None:
-        with _closer_lock:
-            if _closer is None:
-                _closer = threading.Thread(target=_close_collected, name="fiberlite-close",
-                                           daemon=True)
-                _closer.start()
-
-
-def _close_collected() -> None:
-    while True:
-        ref, end = _to_close.get()
-        try:
-            ref.cast("close", end)
-        except Exception:
-            pass  # the pipe's creator has gone, or this process is exiting
+_closes = CastQueue("fiberlite-close")  # Connections collected without close()
 
 
 # -- wait() ----------------------------------------------------------------------------------

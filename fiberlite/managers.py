@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pynng
 
 from .errors import ConnectionLost, ProcessError, RemoteTraceback
+from .finalizing import CastQueue
 from .hub import Servant, connect, get_hub, ObjectRef
 from .wire.codec import Payload
 
@@ -324,10 +325,10 @@ def _serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | 
 
 _dead: set[str] = set()            # addresses of managers known to be gone
 _watched: dict[str, Any] = {}      # address -> the connection watched for loss
-_pending: queue.SimpleQueue = queue.SimpleQueue()  # (operation, server ref, arg) to send
-_sender_lock = threading.Lock()
-_sending = threading.Lock()        # held while the sender casts; taken to mark a manager dead
-_sender: threading.Thread | None = None
+_sending = threading.Lock()        # held while a cast is sent; taken to mark a manager dead
+# reference changes asked for by finalizers, not sent to managers known to be gone
+_pending = CastQueue("fiberlite-manager-refs", skip=lambda ref: ref.address in _dead,
+                     guard=_sending)
 _tls = threading.local()
 _caller_ids = itertools.count(1)
 
@@ -378,34 +379,11 @@ def _caller(ref: ObjectRef) -> int:
 
 def _forget_caller(caller: int, servers: dict) -> None:
     for ref in list(servers.values()):
-        _pending.put(("forget_caller", ref, caller))
+        _pending.put(ref, "forget_caller", caller)
 
 
 def _queue_decref(ref: ObjectRef, oid: int) -> None:
-    # runs from a finalizer, any thread, any time: SimpleQueue.put is safe there
-    _pending.put(("decref", ref, oid))
-
-
-def _send_pending() -> None:
-    while True:
-        operation, ref, arg = _pending.get()
-        with _sending:
-            if ref.address in _dead:
-                continue
-            try:
-                ref.cast(operation, arg)
-            except Exception:
-                pass
-
-
-def _start_sender() -> None:
-    global _sender
-    if _sender is None:
-        with _sender_lock:
-            if _sender is None:
-                _sender = threading.Thread(target=_send_pending, name="fiberlite-manager-refs",
-                                           daemon=True)
-                _sender.start()
+    _pending.put(ref, "decref", oid)  # from a finalizer
 
 
 def _raise_remote(packed: Payload | None, tb: str, type_name: str, message: str) -> None:
@@ -432,7 +410,7 @@ class BaseProxy:
         self._manager = manager
         self._exposed = tuple(exposed) if exposed is not None else None
         self._isauto = False
-        _start_sender()
+        _pending.start()
         if incref:  # unpickled: this job now holds a reference
             if self._server.address not in _dead:
                 try:
