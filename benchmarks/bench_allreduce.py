@@ -12,7 +12,10 @@ References measured in the same run:
 - ``pynng link``: one-way bandwidth of a raw pynng Pair0 socket between two processes
   over tcp://127.0.0.1, 1 MiB messages received with ``recv_msg`` (the transport
   fiberlite uses, no pickling, no copy out of nng's message);
-- ``fiberlite send``: the same with ``ring.send``/``ring.recv`` of 1 MiB numpy arrays;
+- ``fiberlite send``: the same with ``ring.send``/``ring.recv`` of 1 MiB numpy arrays
+  (messages, as every collective but the ring reductions; those move their bytes on the
+  members' direct ring links, raw TCP without messages, so their bus bandwidth can
+  exceed the message link's);
 - ``gloo``: ``torch.distributed.all_reduce`` with the Gloo backend on the same ranks
   (started with ``ring.init_torch_distributed``), when torch is installed.
 

@@ -7,6 +7,14 @@ An algorithm talks to its peers through a *transport* (the member) with::
     send(dst, tag, obj)      # one-way; messages to one destination stay in order
     recv(src, tag) -> obj    # the message from ``src`` with ``tag`` (waits for it)
 
+and, for the bulk data of the ring, byte streams to its ring neighbours
+(:mod:`fiberlite.ringlink`)::
+
+    stream_send(array) -> ticket        # to rank + 1, in order, from the array's memory
+    stream_receive(into) -> ticket      # the next bytes from rank - 1, into ``into``
+    wait_sent(ticket), wait_received(ticket)
+    scratch(count, nbytes) -> [uint8 arrays]   # receive buffers kept between calls
+
 - :func:`ring_reduce`: bandwidth-optimal ring reduce-scatter, optionally followed by
   the ring all-gather (together: ring all-reduce). N-1 steps each; every segment is
   cut into chunks that move on as soon as they are reduced (pipelined).
@@ -21,16 +29,18 @@ Python numbers into flat numpy arrays plus a function that rebuilds the structur
 from __future__ import annotations
 
 import copy
+import struct
 import sys
+import zlib
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 OPS: dict[str, np.ufunc] = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
-CHUNK_BYTES = 4 << 20      # ring messages carry at most this many bytes, and at least a
-                           # quarter of it, aiming at 4 chunks per segment (pipelining)
-SEND_AHEAD = 2             # step-0 chunks a rank sends before it waits for the first one
-SMALL_BYTES = 256 << 10    # per-dtype buffers up to this size use all-gather + local reduce
+CHUNK_BYTES = 4 << 20        # the ring reduces at most this many bytes at a time, aiming at
+MIN_CHUNK_BYTES = 1 << 20    # 4 chunks per segment (pipelining), and at least this many
+RECEIVE_AHEAD = 2            # chunks a rank may have received before it reduced them
+SMALL_BYTES = 256 << 10      # per-dtype buffers up to this size use all-gather + local reduce
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -41,6 +51,16 @@ class Transport(Protocol):
     def send(self, dst: int, tag: Any, obj: Any) -> None: ...
 
     def recv(self, src: int, tag: Any) -> Any: ...
+
+    def stream_send(self, data: np.ndarray) -> int: ...
+
+    def stream_receive(self, into: np.ndarray) -> int: ...
+
+    def wait_sent(self, ticket: int) -> None: ...
+
+    def wait_received(self, ticket: int) -> None: ...
+
+    def scratch(self, count: int, nbytes: int) -> list[np.ndarray]: ...
 
 
 def ufunc_of(op: str) -> np.ufunc:
@@ -289,6 +309,63 @@ def finish_mean(flat: np.ndarray, world_size: int) -> np.ndarray:
     return flat
 
 
+# -- result memory ----------------------------------------------------------------------------
+class Buffers:
+    """Memory for large results, used again once no array refers to it any more.
+
+    Fresh memory costs a page fault and the kernel zeroing every page at first touch,
+    about as much as the reduction itself; a loop that reduces arrays of the same sizes
+    step after step gets back memory it has already touched. Every array made from a
+    block refers to that block (numpy points the base of every view at the array that
+    owns the memory), so a block whose reference count is back to the pool's own is
+    unused. At most ``max_blocks`` blocks and ``max_bytes`` bytes are kept; unused
+    blocks go first, least recently used first.
+    """
+
+    def __init__(self, max_blocks: int = 8, max_bytes: int = 1 << 30,
+                 min_bytes: int = 1 << 20) -> None:
+        # reference counts tell when a block is free only on CPython
+        self.max_blocks = max_blocks if sys.implementation.name == "cpython" else 0
+        self.max_bytes = max_bytes
+        self.min_bytes = min_bytes
+        self._blocks: list[np.ndarray] = []   # uint8 arrays, least recently used first
+
+    def _unused(self, i: int) -> bool:
+        return sys.getrefcount(self._blocks[i]) <= 2   # the list's reference and the argument
+
+    def empty(self, size: int, dtype: Any) -> np.ndarray:
+        """An uninitialised 1-D array of ``size`` elements of ``dtype``."""
+        dtype = np.dtype(dtype)
+        nbytes = size * dtype.itemsize
+        if nbytes < self.min_bytes or nbytes > self.max_bytes or not self.max_blocks:
+            return np.empty(size, dtype)
+        blocks = self._blocks
+        for i in range(len(blocks) - 1, -1, -1):
+            if nbytes <= blocks[i].nbytes <= 2 * nbytes and self._unused(i):
+                block = blocks.pop(i)
+                break
+        else:
+            self._make_room(nbytes)
+            block = np.empty(nbytes, np.uint8)
+        blocks.append(block)
+        return block[:nbytes].view(dtype)
+
+    def _make_room(self, nbytes: int) -> None:
+        blocks = self._blocks
+
+        def over() -> bool:
+            return (len(blocks) >= self.max_blocks
+                    or sum(b.nbytes for b in blocks) + nbytes > self.max_bytes)
+        i = 0
+        while over() and i < len(blocks):   # forget unused blocks first
+            if self._unused(i):
+                del blocks[i]
+            else:
+                i += 1
+        while over() and blocks:   # then stop recycling the oldest results still in use
+            del blocks[0]
+
+
 # -- algorithms -----------------------------------------------------------------------------
 def _check_part(data: Any, part: np.ndarray, src: int, what: str) -> None:
     if not isinstance(data, np.ndarray) or data.dtype != part.dtype or data.shape != part.shape:
@@ -299,6 +376,37 @@ def _check_part(data: Any, part: np.ndarray, src: int, what: str) -> None:
                          "shapes and dtypes")
 
 
+_HEAD = struct.Struct("<8sIq16s16s")   # magic, checksum of tag and bounds, size, dtype, op
+_MAGIC = b"FLreduce"
+
+
+def _head(flat: np.ndarray, bounds: Sequence[int], ufunc: np.ufunc, tag: Any) -> np.ndarray:
+    """What a rank tells its right neighbour before the data: which collective, on what."""
+    check = zlib.crc32(repr((tag, [int(b) for b in bounds])).encode())
+    return np.frombuffer(_HEAD.pack(_MAGIC, check, flat.size, flat.dtype.str.encode(),
+                                    ufunc.__name__.encode()[:16]), np.uint8).copy()
+
+
+def _check_head(theirs: np.ndarray, mine: np.ndarray, left: int, what: str) -> None:
+    if np.array_equal(theirs, mine):
+        return
+    magic, _, size, dtype, op = _HEAD.unpack(theirs.tobytes())
+    _, _, my_size, my_dtype, my_op = _HEAD.unpack(mine.tobytes())
+    if magic != _MAGIC:
+        raise RuntimeError(f"{what}: rank {left} is not in the same collective (the ring is out of step)")
+
+    def name(raw: bytes) -> str:
+        return raw.rstrip(b"\0").decode()
+    if (size, dtype) != (my_size, my_dtype):
+        raise ValueError(f"{what}: rank {left} passed {size} values of {np.dtype(name(dtype))} where "
+                         f"{my_size} values of {np.dtype(name(my_dtype))} were expected; every rank "
+                         "must pass data of the same structure, shapes and dtypes")
+    if op != my_op:
+        raise ValueError(f"{what}: rank {left} reduces with {name(op)}, this rank with {name(my_op)}")
+    raise ValueError(f"{what}: rank {left} is in another collective or passed data of another "
+                     "structure; every rank must call the same collectives in the same order")
+
+
 def ring_reduce(t: Transport, flat: np.ndarray, bounds: Sequence[int], ufunc: np.ufunc,
                 tag: Any, allgather: bool = True, chunk_bytes: int | None = None,
                 what: str = "all_reduce", out: np.ndarray | None = None) -> np.ndarray:
@@ -307,58 +415,78 @@ def ring_reduce(t: Transport, flat: np.ndarray, bounds: Sequence[int], ufunc: np
     ``bounds`` cut ``flat`` into ``world_size`` segments. After the reduce-scatter, rank
     ``r`` holds the reduced segment ``r``; with ``allgather`` every rank then holds every
     reduced segment. At reduce-scatter step ``s`` rank ``r`` receives segment
-    ``r-s-2`` from its left neighbour, reduces it with its own and passes it right.
+    ``r-s-2`` from its left neighbour, reduces it with its own and passes it right; at
+    all-gather step ``s`` it receives the reduced segment ``r-s-1`` and passes it on.
+
+    The bytes travel on the neighbour streams, in one order both ends know: a header
+    (checked: same collective, size, dtype and op), this rank's own segment ``r-1``,
+    then every reduced chunk as soon as it is ready. Reduce-scatter chunks are received
+    into ``RECEIVE_AHEAD`` scratch buffers, reduced into ``out`` and sent on from there;
+    all-gather chunks are received straight into ``out``. A region of ``out`` sent at
+    reduce-scatter step ``s`` is written again at all-gather step ``s+1``, only after
+    the right neighbour received it: the reduced segment that comes back depends on it.
     """
     src = flat
     dst = flat if out is None else out
     n, r = t.world_size, t.rank
-    right, left = (r + 1) % n, (r - 1) % n
+    last = n - 2
+    itemsize = max(1, flat.itemsize)
     most = chunk_bytes or CHUNK_BYTES
-    segment_bytes = (bounds[1] - bounds[0]) * flat.itemsize
-    step_elems = max(1, min(most, max(most // 4, segment_bytes // 4)) // max(1, flat.itemsize))
+    segment_bytes = (bounds[1] - bounds[0]) * itemsize
+    step = max(1, min(most, max(min(most, MIN_CHUNK_BYTES), segment_bytes // 4)) // itemsize)
 
     def chunks(seg: int) -> list[tuple[int, int]]:
-        a, b = bounds[seg], bounds[seg + 1]
-        return [(s, min(s + step_elems, b)) for s in range(a, b, step_elems)]
+        lo, hi = bounds[seg], bounds[seg + 1]
+        return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
 
-    send, recv = t.send, t.recv
-    last = n - 2
-    first = chunks((r - 1) % n)   # step 0 sends this rank's own data of segment r-1
-    sent = 0
+    rs = [(s, a, b) for s in range(n - 1) for a, b in chunks((r - s - 2) % n)]
+    ag = [(s, a, b) for s in range(n - 1) for a, b in chunks((r - s - 1) % n)] if allgather else []
+    ahead = max(1, RECEIVE_AHEAD)
+    scratch = [buf[:step * itemsize].view(flat.dtype)
+               for buf in t.scratch(min(ahead, max(1, len(rs))), step * itemsize)]
+    receive, send = t.stream_receive, t.stream_send
 
-    def send_first(upto: int) -> None:
-        # a few chunks ahead of what this rank waits for: the link stays busy, and the
-        # receiver does not buffer a whole segment before anyone reduces it
-        nonlocal sent
-        while sent < min(upto, len(first)):
-            a, b = first[sent]
-            send(right, (tag, 0, 0, sent), src[a:b])
-            sent += 1
+    mine = _head(flat, bounds, ufunc, tag)
+    theirs = np.empty_like(mine)
+    head_ticket = receive(theirs)
+    tickets: list[int] = []
 
-    for step in range(n - 1):
-        for k, (a, b) in enumerate(chunks((r - step - 2) % n)):
-            if step == 0:
-                send_first(k + SEND_AHEAD)
-            part = dst[a:b]
-            data = recv(left, (tag, 0, step, k))
-            _check_part(data, part, left, what)
-            ufunc(src[a:b], data, out=part)
-            if step < last:
-                send(right, (tag, 0, step + 1, k), part)
-            elif allgather:  # segment r is complete: it starts the all-gather
-                send(right, (tag, 1, 0, k), part)
-        if step == 0:
-            send_first(len(first))
-    if not allgather:
-        return dst
-    for step in range(n - 1):
-        for k, (a, b) in enumerate(chunks((r - step - 1) % n)):
-            part = dst[a:b]
-            data = recv(left, (tag, 1, step, k))
-            _check_part(data, part, left, what)
-            part[...] = data
-            if step < last:
-                send(right, (tag, 1, step + 1, k), part)
+    def post(upto: int) -> None:
+        # reduce-scatter chunks go to scratch buffers (one is free once its chunk was
+        # reduced); once they are all asked for, every all-gather chunk goes to ``dst``
+        while len(tickets) < upto:
+            i = len(tickets)
+            if i < len(rs):
+                _, a, b = rs[i]
+                tickets.append(receive(scratch[i % len(scratch)][:b - a]))
+            else:
+                _, a, b = ag[i - len(rs)]
+                tickets.append(receive(dst[a:b]))
+
+    def wanted(done: int) -> int:
+        upto = min(len(rs), done + len(scratch))
+        return upto if upto < len(rs) else len(rs) + len(ag)
+
+    post(wanted(0))
+    send(mine)
+    own = (r - 1) % n
+    sent = send(src[bounds[own]:bounds[own + 1]])
+    t.wait_received(head_ticket)
+    _check_head(theirs, mine, (r - 1) % n, what)
+    for i, (s, a, b) in enumerate(rs):
+        t.wait_received(tickets[i])
+        part = dst[a:b]
+        ufunc(src[a:b], scratch[i % len(scratch)][:b - a], out=part)
+        post(wanted(i + 1))
+        if s < last or allgather:   # the next step's data, or segment r starting the all-gather
+            sent = send(part)
+    for j, (s, a, b) in enumerate(ag):
+        if s < last:
+            t.wait_received(tickets[len(rs) + j])
+            sent = send(dst[a:b])
+    if tickets:
+        t.wait_received(tickets[-1])
+    t.wait_sent(sent)
     return dst
 
 

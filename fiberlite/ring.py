@@ -14,7 +14,9 @@ everyone's. Member side: :class:`Member` (the ``ring`` argument) sends to peers
 directly, ``ref.cast("deliver", src, tag, obj)`` on the peer's :class:`RingMember`
 servant, and waits on its own inbox. Messages on one connection stay in order; every
 collective call gets the next sequence number, so all ranks must call the same
-collectives in the same order (as with MPI or torch.distributed).
+collectives in the same order (as with MPI or torch.distributed). The bulk data of
+ring reductions travels instead on byte streams between ring neighbours
+(:class:`~fiberlite.ringlink.Link`, connected during the rendezvous).
 
 Data: collectives that reduce take numpy arrays, torch tensors (CPU, or on a GPU:
 moved through host memory and back) and Python numbers, nested in dicts, lists and
@@ -29,6 +31,10 @@ parent, which tells every member; their pending and later operations raise
 out on a rank leaves that rank's ring unusable for further collectives (peers may be
 anywhere in it); point-to-point ``recv`` timeouts do not. ``join()`` raises naming the
 rank that failed first.
+
+Memory: results of ring reductions are made in blocks that the member reuses once no
+array refers to them any more (:class:`~fiberlite.collectives.Buffers`): first touching
+fresh memory costs as much as reducing into it.
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ except ImportError:  # pragma: no cover - numpy is in every training environment
     raise ImportError("fiberlite.Ring needs numpy: pip install numpy") from None
 
 from . import collectives as coll
+from . import ringlink, runtime
 from .errors import RemoteTraceback, RingError
 from .errors import TimeoutError as _MPTimeoutError
 from .hub import LOCAL_PEER, ObjectRef, Servant, connect, flush, get_hub
@@ -79,6 +86,7 @@ class RingMember(Servant):
         self._rank_of_peer: dict[int, int] = {}
         self.lost: dict[int, RingError] = {}   # rank -> why it cannot be heard from again
         self.error: RingError | None = None
+        self.on_fail: Callable[[], None] | None = None   # also told when the ring is aborted
 
     def op_deliver(self, request: Any, src: int, tag: Any, obj: Any) -> None:
         key = (src, tag)
@@ -119,6 +127,8 @@ class RingMember(Servant):
             if self.error is None:
                 self.error = error
             self._cond.notify_all()
+        if self.on_fail is not None:
+            self.on_fail()
 
     def check(self, rank: int) -> None:
         """Raise if the ring is broken or ``rank`` is known to have left."""
@@ -163,7 +173,8 @@ class Member:
     """
 
     def __init__(self, rank: int, world_size: int, table: dict, inbox: RingMember,
-                 rendezvous: ObjectRef, timeout: float | None) -> None:
+                 rendezvous: ObjectRef, timeout: float | None,
+                 link: ringlink.Link | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank: int = table["local_rank"][rank]
@@ -180,6 +191,13 @@ class Member:
         self._torch_group = False
         self._broken: RingError | None = None
         self._broken_by: BaseException | None = None
+        self._buffers = coll.Buffers()   # memory of earlier results, reused
+        self._link = link                 # byte streams to the ring neighbours
+        self._link_addresses: list[str | None] = table.get("links") or [None] * world_size
+        self._hosts: list[str] = table.get("hosts") or [""] * world_size
+        self._scratch: list[np.ndarray] = []
+        if link is not None:
+            inbox.on_fail = link.abort
 
     def __repr__(self) -> str:
         return f"<Ring member rank={self.rank} world_size={self.world_size}>"
@@ -234,6 +252,46 @@ class Member:
             except (ConnectionError, pynng.NNGException) as exc:
                 self._inbox.mark_lost(dst, RingError(f"rank {dst} left the ring ({exc})", dst))
 
+    def _connect_link(self) -> None:
+        """Dial the right neighbour's link and accept the left one (every member does
+        this during the rendezvous)."""
+        link = self._link
+        if link is None:
+            return
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        left, right = (self.rank - 1) % self.world_size, (self.rank + 1) % self.world_size
+        here = self._hosts[self.rank]
+        same_host = (self._hosts[left] == here, self._hosts[right] == here)
+        try:
+            link.connect(self.rank, self.world_size, self._link_addresses[right], runtime.key(),
+                         deadline, same_host)
+        except OSError as exc:   # ConnectionError and TimeoutError among them
+            error = self._inbox.error   # the ring was aborted meanwhile
+            if error is not None:
+                raise RingError(str(error), error.rank, error.exitcode) from None
+            for rank in (right, link.left):   # or a neighbour is known to be gone
+                self._inbox.check(rank)
+            raise RingError(f"rank {self.rank} cannot connect its ring link: {exc}") from exc
+
+    def _wait_link(self, sent: bool, ticket: int) -> None:
+        link = self._link
+        peer = link.right if sent else link.left
+        try:
+            (link.wait_sent if sent else link.wait_received)(ticket, self._deadline)
+        except ringlink.LinkLost:
+            self._inbox.check(peer)   # the ring was aborted, or the peer told why it left
+            raise RingError(f"rank {peer} left the ring (connection lost)", peer) from None
+        except builtins.TimeoutError:
+            raise RingTimeoutError(self._timed_out(peer)) from None
+
+    def _scratch_buffers(self, count: int, nbytes: int) -> list[np.ndarray]:
+        """``count`` receive buffers of at least ``nbytes``, kept between collectives."""
+        scratch = self._scratch
+        if len(scratch) < count or scratch[0].nbytes < nbytes:
+            size = max(nbytes, scratch[0].nbytes if scratch else 0)
+            self._scratch = scratch = [np.empty(size, np.uint8) for _ in range(max(count, len(scratch)))]
+        return scratch[:count]
+
     def _post(self, dst: int, tag: Any, obj: Any) -> None:
         inbox = self._inbox
         inbox.check(dst)
@@ -282,6 +340,8 @@ class Member:
             yield _Transport(self, self._seq)
         except BaseException as exc:
             # peers may be anywhere in this collective now: later ones cannot line up
+            if self._link is not None:
+                self._link.abort()
             culprit = exc.rank if isinstance(exc, RingError) else None
             self._broken = RingError(f"an earlier {what} failed here ({type(exc).__name__}: {exc})",
                                      culprit)
@@ -352,7 +412,7 @@ class Member:
                     if g not in small:
                         groups[g] = coll.ring_reduce(
                             t, flat, coll.split_bounds(flat.size, self.world_size), ufunc,
-                            (t.tag, g), out=np.empty_like(flat))
+                            (t.tag, g), out=self._buffers.empty(flat.size, flat.dtype))
         if op == "mean":
             groups = [coll.finish_mean(flat, self.world_size) for flat in groups]
         return rebuild([groups[g][a:b] for g, a, b in where], op)
@@ -387,8 +447,10 @@ class Member:
                     if g not in small:
                         full = coll.ring_reduce(t, flat, segments[g], ufunc, (t.tag, g),
                                                 allgather=False, what="reduce_scatter",
-                                                out=np.empty_like(flat))
-                        shards[g] = full[segments[g][r]:segments[g][r + 1]]
+                                                out=self._buffers.empty(flat.size, flat.dtype))
+                        # a copy: the rest of ``full`` (partial sums) goes back to the pool
+                        shards[g] = np.array(full[segments[g][r]:segments[g][r + 1]])
+                        del full
         if op == "mean":
             shards = [coll.finish_mean(s, n) for s in shards]
         offsets = [seg[r] for seg in segments]
@@ -460,9 +522,10 @@ class Member:
 
 
 class _Transport:
-    """What the algorithms see: one collective call's tag space on a member."""
+    """What the algorithms see: one collective call's tag space on a member, and its
+    link to the ring neighbours."""
 
-    __slots__ = ("rank", "world_size", "tag", "send", "recv")
+    __slots__ = ("rank", "world_size", "tag", "send", "recv", "_member")
 
     def __init__(self, member: Member, seq: int) -> None:
         self.rank = member.rank
@@ -470,6 +533,22 @@ class _Transport:
         self.tag = seq
         self.send = member._post
         self.recv = member._take
+        self._member = member
+
+    def stream_send(self, data: np.ndarray) -> int:
+        return self._member._link.send(data)
+
+    def stream_receive(self, into: np.ndarray) -> int:
+        return self._member._link.receive(into)
+
+    def wait_sent(self, ticket: int) -> None:
+        self._member._wait_link(True, ticket)
+
+    def wait_received(self, ticket: int) -> None:
+        self._member._wait_link(False, ticket)
+
+    def scratch(self, count: int, nbytes: int) -> list[np.ndarray]:
+        return self._member._scratch_buffers(count, nbytes)
 
 
 def _free_port() -> int:
@@ -500,14 +579,20 @@ class _MemberMain:
 
     def __call__(self) -> None:
         member = None
+        link = None
         try:
             if self.initializer is not None:
                 self.initializer(*self.initargs)
             inbox = RingMember()
-            ref = get_hub().register(inbox)
-            table = self.rendezvous.call("join", self.rank, ref, socket.gethostname())
-            member = Member(self.rank, self.world_size, table, inbox, self.rendezvous, self.timeout)
+            hub = get_hub()
+            ref = hub.register(inbox)
+            if self.world_size > 1:  # listens where the hub does
+                link = ringlink.Link(hub.address[len("tcp://"):].rsplit(":", 1)[0])
+            table = self.rendezvous.call("join", self.rank, ref, socket.gethostname(),
+                                         link.address if link is not None else None)
+            member = Member(self.rank, self.world_size, table, inbox, self.rendezvous, self.timeout, link)
             member._connect_partners()
+            member._connect_link()
             self.rendezvous.call("ready", self.rank)  # nobody starts before all are connected
             result = self.target(member, *self.args, **self.kwargs)
             member._close()
@@ -517,24 +602,31 @@ class _MemberMain:
                 raise TypeError(f"the return value of rank {self.rank} cannot be pickled: {exc}") from exc
         except SystemExit as exc:
             ok = exc.code in (None, 0)
-            self._end(member, None if ok else exc)
+            self._end(member, link, None if ok else exc)
             if ok:
                 self._report(True, Payload.pack(None))
             else:
                 self._report(False, _describe(exc, self.rank))
             raise
         except BaseException as exc:
-            self._end(member, exc)
+            self._end(member, link, exc)
             self._report(False, _describe(exc, self.rank))
             raise
-        self._end(member, None)
+        self._end(member, link, None)
         self._report(True, payload)
 
     @staticmethod
-    def _end(member: "Member | None", exc: BaseException | None) -> None:
+    def _end(member: "Member | None", link: ringlink.Link | None, exc: BaseException | None) -> None:
         if member is not None:
             member._close()
             member._farewell(exc)
+        if link is not None:
+            try:
+                # neighbours hear why this rank left before its streams end
+                flush()
+            except Exception:
+                pass
+            link.close()
 
     def _report(self, ok: bool, info: Any) -> None:
         try:
@@ -568,7 +660,7 @@ class Rendezvous(Servant):
     def __init__(self, ring: "Ring") -> None:
         self._ring = ring
         self._lock = threading.Lock()
-        self._joined: dict[int, tuple[ObjectRef, str]] = {}
+        self._joined: dict[int, tuple[ObjectRef, str, str | None]] = {}
         self._waiting: dict[str, dict[int, Any]] = {"join": {}, "ready": {}}
         self._rank_of_peer: dict[int, int] = {}
         self.error: RingError | None = None
@@ -587,9 +679,10 @@ class Rendezvous(Servant):
         request.fail(RingError(str(error), error.rank, error.exitcode))
         return None
 
-    def op_join(self, request: Any, rank: int, ref: ObjectRef, hostname: str) -> None:
+    def op_join(self, request: Any, rank: int, ref: ObjectRef, hostname: str,
+                link: str | None = None) -> None:
         with self._lock:
-            self._joined[rank] = (ref, hostname)
+            self._joined[rank] = (ref, hostname, link)
             self._rank_of_peer[request.peer] = rank
         everyone = self._gather("join", request, rank)
         if everyone:
@@ -605,13 +698,14 @@ class Rendezvous(Servant):
         n = self._ring.world_size
         refs = [self._joined[r][0] for r in range(n)]
         hosts = [self._joined[r][1] for r in range(n)]
+        links = [self._joined[r][2] for r in range(n)]
         counter: dict[str, int] = collections.Counter()
         local_rank = []
         for host in hosts:
             local_rank.append(counter[host])
             counter[host] += 1
         return {"refs": refs, "local_rank": local_rank,
-                "local_world_size": [counter[h] for h in hosts]}
+                "local_world_size": [counter[h] for h in hosts], "links": links, "hosts": hosts}
 
     def refs(self) -> dict[int, ObjectRef]:
         with self._lock:

@@ -10,8 +10,10 @@ import importlib.util
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -21,6 +23,8 @@ import fiberlite
 from fiberlite import collectives
 from fiberlite.errors import RingError
 from fiberlite.ring import Ring, RingTimeoutError, _MemberMain
+from fiberlite.ringlink import Link, LinkLost
+from fiberlite.wire import auth
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -208,6 +212,52 @@ def square(ring, x):
     return x * x + ring.rank
 
 
+
+def results_and_reuse(ring):
+    """Results stay intact while later reductions run; dropped ones give their memory back."""
+    r, n = ring.rank, ring.world_size
+    x = np.arange(1_000_000, dtype=np.float32) + r
+    want = n * np.arange(1_000_000, dtype=np.float32) + sum(range(n))
+    kept = ring.all_reduce(x.reshape(1000, 1000))
+    view = ring.all_reduce(x)[10:20]           # only a view of this result is kept
+    loop_addresses = []
+    for step in range(4):                        # the usual loop: each result dropped in turn
+        y = ring.all_reduce(x * (step + 1))
+        assert np.array_equal(y, want * (step + 1))
+        loop_addresses.append(y.__array_interface__["data"][0])
+        del y
+    mean = ring.all_reduce({"a": x, "b": x[:300_000].astype(np.float64)}, op="mean")
+    shard = ring.reduce_scatter(x)
+    owner = shard
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    return {"kept": np.array_equal(kept, want.reshape(1000, 1000)), "view": np.array_equal(view, want[10:20]),
+            "distinct": len(set(loop_addresses)), "x": np.array_equal(x, np.arange(1_000_000, dtype=np.float32) + r),
+            "mean": np.allclose(mean["a"], want / n) and np.allclose(mean["b"], (want / n)[:300_000]),
+            "shard": np.array_equal(shard, np.array_split(want, n)[r]),
+            "shard_owner_bytes": owner.nbytes == shard.nbytes}
+
+
+def mismatched_sizes(ring):
+    x = np.ones(100_000 + 20_000 * ring.rank, np.float32)   # every rank a different size
+    try:
+        ring.all_reduce(x, algorithm="ring")
+    except ValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def ring_path_timeout(ring):
+    if ring.rank == 0:
+        t0 = time.monotonic()
+        try:
+            ring.all_reduce(np.ones(1_000_000, np.float32))
+        except RingTimeoutError as exc:
+            ring.send("done", 1)
+            return str(exc), time.monotonic() - t0
+        return "no timeout", 0.0
+    return ring.recv(0, timeout=30)     # rank 1 never joins the all-reduce
+
 # -- tests --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [2, 3])
 def test_all_reduce_and_reduce_scatter_match_numpy(n):
@@ -384,3 +434,174 @@ def test_training_example_matches_single_process():
     single = float(re.search(r"final loss \(single process\): +(\S+)", proc.stdout).group(1))
     assert abs(ring_loss - single) <= 1e-6 * abs(single)
     assert ring_loss < 0.69   # it trained
+
+
+def test_results_are_not_overwritten_and_memory_is_reused():
+    for r, out in enumerate(Ring(3, results_and_reuse, timeout=60).run()):
+        assert out["kept"] and out["view"] and out["x"] and out["mean"] and out["shard"], (r, out)
+        assert out["distinct"] == 1    # each dropped result's block came back for the next one
+        assert out["shard_owner_bytes"]   # a shard does not keep the whole reduced buffer alive
+
+
+def test_mismatched_sizes_on_the_ring_path_raise_on_every_rank():
+    messages = Ring(3, mismatched_sizes, timeout=30).run()
+    for r, message in enumerate(messages):
+        left = (r - 1) % 3
+        assert f"rank {left} passed {100_000 + 20_000 * left} values of float32" in message, message
+        assert f"where {100_000 + 20_000 * r} values of float32 were expected" in message
+
+
+def test_ring_path_collective_times_out():
+    (message, elapsed), done = Ring(2, ring_path_timeout, timeout=1).run()
+    assert "all_reduce timed out on rank 0 after 1 s (waiting for rank 1)" in message
+    assert 0.9 <= elapsed < 10
+    assert done == "done"
+
+
+# -- the ring link on its own ----------------------------------------------------------------------
+KEY = b"k" * 32
+
+
+def connected_pair(key_of_1: bytes = KEY) -> tuple[Link, Link]:
+    """Rank 0 and rank 1 of a two-member ring, both in this process."""
+    a, b = Link("127.0.0.1"), Link("127.0.0.1")
+    errors = []
+
+    def connect(link, rank, other, key):
+        try:
+            link.connect(rank, 2, other.address, key, time.monotonic() + 20)
+        except BaseException as exc:
+            errors.append(exc)
+            link.abort()
+    threads = [threading.Thread(target=connect, args=(a, 0, b, KEY)),
+               threading.Thread(target=connect, args=(b, 1, a, key_of_1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        a.close()
+        b.close()
+        raise errors[0]
+    return a, b
+
+
+def test_link_moves_bytes_in_order_whatever_the_cut():
+    a, b = connected_pair()
+    try:
+        parts = [np.arange(5, dtype=np.int64), np.arange(7, dtype=np.float32), np.zeros(0, np.uint8),
+                 np.arange(300_000, dtype=np.float64)]
+        sent = b"".join(p.tobytes() for p in parts)
+        for p in parts:
+            ticket = a.send(p)
+        # the receiver cuts the stream its own way
+        targets = [np.empty(3, np.uint8), np.empty(61, np.uint8), np.empty(len(sent) - 64, np.uint8)]
+        tickets = [b.receive(t) for t in targets]
+        b.wait_received(tickets[-1], time.monotonic() + 20)
+        a.wait_sent(ticket, time.monotonic() + 20)
+        assert b"".join(t.tobytes() for t in targets) == sent
+        # and the other way round
+        back = np.empty(4, np.int32)
+        b.wait_sent(b.send(np.array([1, 2, 3, 4], np.int32)), time.monotonic() + 20)
+        a.wait_received(a.receive(back), time.monotonic() + 20)
+        assert back.tolist() == [1, 2, 3, 4]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
+    b = Link("127.0.0.1")
+    intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
+    intruder.settimeout(20)
+    a = Link("127.0.0.1")
+    errors = []
+
+    def connect(link, rank, other):
+        try:
+            link.connect(rank, 2, other.address, KEY, time.monotonic() + 20)
+        except BaseException as exc:
+            errors.append(exc)
+    threads = [threading.Thread(target=connect, args=(a, 0, b)), threading.Thread(target=connect, args=(b, 1, a))]
+    for t in threads:
+        t.start()
+    try:
+        # the intruder is first in b's queue: it gets a challenge, fails the proof, is closed
+        nonce = auth.new_nonce()
+        intruder.sendall(auth.hello(nonce))
+        challenge = b""
+        while len(challenge) < len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE:
+            challenge += intruder.recv(4096)
+        assert challenge.startswith(auth.CHALLENGE)
+        assert auth.check_challenge(b"wrong key" * 4, challenge, nonce) is None
+        intruder.sendall(auth.PROOF + b"\0" * auth.DIGEST_SIZE)
+        assert intruder.recv(4096) == b""      # closed without a welcome
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        a.wait_sent(a.send(np.arange(10)), time.monotonic() + 20)
+        got = np.empty(10, np.int64)
+        b.wait_received(b.receive(got), time.monotonic() + 20)
+        assert got.tolist() == list(range(10))
+    finally:
+        intruder.close()
+        for t in threads:
+            t.join()
+        a.close()
+        b.close()
+
+
+def test_link_with_another_key_does_not_connect():
+    with pytest.raises(ConnectionError):
+        connected_pair(key_of_1=b"x" * 32)
+
+
+def test_link_abort_timeout_and_a_closed_neighbour():
+    a, b = connected_pair()
+    try:
+        with pytest.raises(TimeoutError):
+            a.wait_received(a.receive(np.empty(8, np.uint8)), time.monotonic() + 0.2)
+        outcome = []
+
+        def waiter():
+            try:
+                b.wait_received(b.receive(np.empty(8, np.uint8)))
+            except LinkLost as exc:
+                outcome.append(exc)
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        b.abort()                               # wakes the waiting thread
+        thread.join(20)
+        assert not thread.is_alive() and isinstance(outcome[0], LinkLost) and outcome[0].rank == 0
+        with pytest.raises(LinkLost):           # and fails what comes later
+            b.wait_sent(b.send(np.ones(4)))
+        b.close()                               # a sees its neighbour's connection end
+        with pytest.raises(LinkLost) as info:
+            a.wait_received(a.receive(np.empty(1 << 20, np.uint8)), time.monotonic() + 20)
+        assert info.value.rank == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def test_buffers_reuse_only_blocks_nobody_refers_to():
+    pool = collectives.Buffers(max_blocks=2)
+    first = pool.empty(1 << 20, np.float32)
+    address = first.__array_interface__["data"][0]
+    view = first[5:10].reshape(5, 1)
+    del first
+    second = pool.empty(1 << 20, np.float32)     # the view keeps the first block in use
+    assert not np.shares_memory(second, view)
+    del view
+    third = pool.empty(1 << 20, np.int32)        # the first block is free again
+    assert third.__array_interface__["data"][0] == address and third.dtype == np.int32
+    held = memoryview(third)
+    del third
+    fourth = pool.empty(1 << 20, np.float32)     # a memoryview holds the block too
+    assert fourth.__array_interface__["data"][0] != address
+    del held, second, fourth
+    assert len(pool._blocks) == 2
+    pool.empty(4 << 20, np.float32)              # a size no block fits: the pool stays at 2
+    assert len(pool._blocks) == 2
+    small = pool.empty(10, np.float32)           # small arrays are not pooled
+    assert small.base is None and len(pool._blocks) == 2
