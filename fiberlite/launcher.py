@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
+import weakref
 from typing import Any
 
 from . import config, runtime
@@ -128,6 +130,18 @@ def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> Job
     )
 
 
+_watchers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+def join_watchers(timeout: float) -> None:
+    """Wait (up to ``timeout`` seconds in all) for the sentinel threads, once every job
+    has ended (at exit): a daemon thread still talking to the backend (removing its
+    job's container or pod) when the interpreter is torn down aborts the process."""
+    deadline = time.monotonic() + timeout
+    for watcher in list(_watchers):
+        watcher.join(max(0.0, deadline - time.monotonic()))
+
+
 class Launch:
     """A started job (``multiprocessing``'s ``Popen`` counterpart)."""
 
@@ -194,10 +208,14 @@ class Launch:
         read_fd, write_fd = os.pipe()
 
         def watch() -> None:
-            self.wait()
-            os.close(write_fd)
+            try:
+                self.wait()
+            finally:
+                os.close(write_fd)
 
-        threading.Thread(target=watch, name="fiberlite-sentinel", daemon=True).start()
+        watcher = threading.Thread(target=watch, name="fiberlite-sentinel", daemon=True)
+        _watchers.add(watcher)
+        watcher.start()
         return read_fd
 
     def close(self) -> None:

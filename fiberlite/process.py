@@ -321,9 +321,13 @@ def _exit_function() -> None:
 
 def _at_exit() -> None:
     _exit_function()
+    launcher = sys.modules.get("fiberlite.launcher")
+    if launcher is not None:
+        launcher.join_watchers(WATCHER_JOIN_SECONDS)
     hub = sys.modules.get("fiberlite.hub")
     if hub is not None:
         hub.shutdown()
 
 
+WATCHER_JOIN_SECONDS = 15.0  # sentinel threads finishing their job's clean-up at exit
 atexit.register(_at_exit)

@@ -453,9 +453,11 @@ def test_cluster_run_example_on_kubernetes(kube, capfd):
                           "examples", "cluster_run.py")
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                    "--namespace", NS, "--image", IMAGE,
-                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", script, "5"])
-    out = capfd.readouterr().out
-    assert status == 0, out
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}",
+                   "--env", "PYTHONFAULTHANDLER=1", script, "5"])  # a crash at exit shows where
+    captured = capfd.readouterr()
+    out = captured.out
+    assert status == 0, out + captured.err
     assert "backend kubernetes: squares [0, 1, 4, 9, 16]" in out
     created = [r.body["metadata"]["name"] for r in posts(kube.server, "pods")]
     assert len(created) >= 3  # the master and its pool's two workers

@@ -35,6 +35,7 @@ class PodWatcher:
         self._known: dict[str, Any] = {}
         self._stopped = threading.Event()
         self._watch: Any = None
+        self._response: Any = None  # the watch request's HTTP response, being read
         self._thread: threading.Thread | None = None
         self._opened = threading.Event()
         self._open_error: BaseException | None = None
@@ -66,13 +67,26 @@ class PodWatcher:
                 self._opened.set()
             raise
         self._opened.set()
+        self._response = response
         return response
 
-    def stop(self) -> None:
+    def stop(self, join: float = 2.0) -> None:
+        """Stop watching; the thread is woken from its read and waited for up to ``join``
+        seconds (a daemon thread still reading when the interpreter is torn down can
+        abort the process as its read returns)."""
         self._stopped.set()
         watch = self._watch
         if watch is not None:
             watch.stop()
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()  # unblocks the read under way in the thread
+            except Exception:
+                pass
+        thread = self._thread
+        if join and thread is not None and thread is not threading.current_thread():
+            thread.join(join)
 
     @property
     def alive(self) -> bool:
