@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import abc
+import codecs
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 
 @dataclass
@@ -110,3 +111,16 @@ class Backend(abc.ABC):
         until the job ends. Raise :class:`LookupError` when the backend does not know
         the job (so that a caller can try another backend)."""
         raise NotImplementedError(f"the {self.name} backend keeps no logs")
+
+
+def decode_stream(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Text of a job's output arriving as byte chunks (a UTF-8 character may be cut
+    between two chunks; undecodable bytes become U+FFFD)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    for chunk in chunks:
+        text = decoder.decode(chunk)
+        if text:
+            yield text
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail

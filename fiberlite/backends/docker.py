@@ -33,7 +33,7 @@ from .. import config
 from ..errors import BackendError
 from ..units import format_memory
 from . import docker_spec
-from .base import Backend, Job, JobSpec, JobState
+from .base import Backend, Job, JobSpec, JobState, decode_stream
 from .docker_api import (CONTAINER_ENV, OwnContainer, api_error, connect, container_candidates,
                          own_container, status_of)
 from .docker_watch import EventWatcher, OutputPump
@@ -457,21 +457,13 @@ def _state(c: dict) -> str:
 
 
 def _decoded(api: Any, cid: str, follow: bool) -> Iterator[str]:
-    import codecs
     try:
         chunks = api.logs(cid, stream=True, follow=follow)
     except Exception as exc:
         if status_of(exc) == 404:
             raise LookupError(f"container {cid[:12]} is gone") from None
         raise api_error(exc, f"read the output of container {cid[:12]}") from None
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    for chunk in chunks:
-        text = decoder.decode(chunk)
-        if text:
-            yield text
-    tail = decoder.decode(b"", final=True)
-    if tail:
-        yield tail
+    yield from decode_stream(chunks)
 
 
 def _remove(api: Any, run_id: str | None) -> int:

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import atexit
-import codecs
 import logging
 import os
 import secrets
@@ -33,7 +32,7 @@ from urllib.parse import urlsplit
 
 from .. import config
 from ..errors import BackendError
-from .base import Backend, Job, JobSpec, JobState
+from .base import Backend, Job, JobSpec, JobState, decode_stream
 from .k8s_api import TIMEOUT, Connection, api_error, connect, in_cluster, is_status, pod_namespace
 from .k8s_pods import GRACE_SECONDS, MasterPod, build_pod, build_secret, dns_name, label_value, selector
 from .k8s_status import (IMAGE_REASONS, START_FAILED, Outcome, describe, job_state, outcome,
@@ -553,15 +552,8 @@ def _wait_until_started(session: Session, name: str) -> None:
 
 
 def _text_chunks(response: Any) -> Iterator[str]:
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
     try:
-        for data in response.stream(4096, decode_content=True):
-            text = decoder.decode(data)
-            if text:
-                yield text
-        tail = decoder.decode(b"", final=True)
-        if tail:
-            yield tail
+        yield from decode_stream(response.stream(4096, decode_content=True))
     finally:
         response.release_conn()
 
