@@ -20,9 +20,8 @@ import threading
 import weakref
 from typing import Any, Iterator
 
-from .hub import ObjectRef, current_hub, get_hub
+from .hub import HOLD, PIN, RELEASE, ObjectRef, current_hub, get_hub
 
-HOLD, RELEASE, PIN = "__hold__", "__release__", "__pin__"  # operations of the hub itself
 
 _scope = threading.local()
 

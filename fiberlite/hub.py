@@ -20,7 +20,9 @@ from .wire.server import Request, Server
 log = logging.getLogger(__name__)
 
 LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
-_HOLD_OPS = frozenset({"__hold__", "__release__", "__pin__"})  # see fiberlite.handles
+# operations on how long a handle's servant is kept (fiberlite.handles), run by the hub
+HOLD, RELEASE, PIN = "__hold__", "__release__", "__pin__"
+_HOLD_OPS = frozenset({HOLD, RELEASE, PIN})
 EXIT_FLUSH_SECONDS = 30.0
 
 
@@ -144,9 +146,9 @@ class Hub:
                 return
             if what == "local":
                 holds.local -= 1
-            elif what == "__hold__":
+            elif what == HOLD:
                 holds.jobs.add(token)  # type: ignore[arg-type]
-            elif what == "__release__":
+            elif what == RELEASE:
                 holds.jobs.discard(token)  # type: ignore[arg-type]
             else:
                 holds.pinned = True
