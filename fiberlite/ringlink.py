@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import queue
 import socket
 import struct
 import threading
@@ -311,26 +312,44 @@ class Link:
 
     def _accept(self, world_size: int, key: bytes, deadline: float | None,
                 same_host: bool) -> socket.socket:
-        """The left neighbour's connection, once it authenticated; others are closed."""
-        while True:
+        """The left neighbour's connection, once it authenticated; others are closed.
+
+        Each connection is checked on a thread of its own, so one that never speaks
+        does not hold up the neighbour behind it for the handshake's timeout."""
+        passed: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
+
+        def check(sock: socket.socket) -> None:
+            why = self._check_dialer(sock, world_size, key)
+            if why is None:
+                passed.put(sock)
+                self._close_listener()   # wakes the accept below
+                return
+            log.warning("ring link: closed a connection that %s", why)
+            self._drop(sock)
+
+        while passed.empty():
             listener = self._listener
             if listener is None:
-                raise ConnectionError("the ring link stopped listening before the left neighbour connected")
+                break
             try:
                 listener.settimeout(_remaining(deadline))
                 sock, _ = listener.accept()
             except TimeoutError:
                 raise TimeoutError(f"rank {self.left} did not connect its ring link in time") from None
             except OSError as exc:
+                if not passed.empty():
+                    break
                 raise ConnectionError(f"no ring link from rank {self.left}: {exc}") from None
             self._track(sock)
-            why = self._check_dialer(sock, world_size, key)
-            if why is None:
-                sock.settimeout(None)
-                _tune(sock, socket.SO_RCVBUF, same_host)
-                return sock
-            log.warning("ring link: closed a connection that %s", why)
-            self._drop(sock)
+            threading.Thread(target=check, args=(sock,), name="fiberlite-ring-link-handshake",
+                             daemon=True).start()
+        try:
+            sock = passed.get_nowait()
+        except queue.Empty:
+            raise ConnectionError("the ring link stopped listening before the left neighbour connected") from None
+        sock.settimeout(None)
+        _tune(sock, socket.SO_RCVBUF, same_host)
+        return sock
 
     def _check_dialer(self, sock: socket.socket, world_size: int, key: bytes) -> str | None:
         """Run the server side of the handshake; None when the peer is the left neighbour."""

@@ -23,6 +23,7 @@ import fiberlite
 from fiberlite import collectives
 from fiberlite.errors import RingError
 from fiberlite.ring import Ring, RingTimeoutError, _MemberMain
+from fiberlite import ringlink
 from fiberlite.ringlink import Link, LinkLost
 from fiberlite.wire import auth
 
@@ -549,6 +550,44 @@ def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
             t.join()
         a.close()
         b.close()
+
+
+def test_link_connects_the_neighbour_while_another_connection_stays_silent(monkeypatch):
+    # a connection that never speaks must not hold up the one behind it until the
+    # handshake's timeout (made far longer than this test may take)
+    monkeypatch.setattr(ringlink, "HANDSHAKE_SECONDS", 600.0)
+    b = Link("127.0.0.1")
+    silent = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
+    a = Link("127.0.0.1")
+    errors: list = []
+    done = threading.Event()
+
+    def connect_both() -> None:
+        def connect(link, rank, other):
+            try:
+                link.connect(rank, 2, other.address, KEY, time.monotonic() + 600)
+            except BaseException as exc:
+                errors.append(exc)
+        threads = [threading.Thread(target=connect, args=(a, 0, b)),
+                   threading.Thread(target=connect, args=(b, 1, a))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+    threading.Thread(target=connect_both, daemon=True).start()
+    try:
+        assert done.wait(60), "the silent connection held up the ring link"
+        assert not errors, errors
+        b.wait_sent(b.send(np.arange(3)), time.monotonic() + 20)
+        got = np.empty(3, np.int64)
+        a.wait_received(a.receive(got), time.monotonic() + 20)
+        assert got.tolist() == [0, 1, 2]
+    finally:
+        a.close()
+        b.close()      # also ends the silent connection's handshake
+        assert silent.recv(16) == b""
+        silent.close()
 
 
 def test_link_with_another_key_does_not_connect():
