@@ -23,7 +23,11 @@ A first table gives the per-step overhead: the round trip of a small message bet
 two ranks (``ring.send``/``ring.recv``) against a raw pynng Pair0 ping-pong, and the
 time of ``barrier()`` and of ``all_reduce(1.0)`` on each ring size.
 
-Run: ``python benchmarks/bench_allreduce.py [--quick] [--json PATH] [--ranks 2 4]``
+``--crossover`` instead compares the two all-reduce algorithms (gather + local reduce,
+and the ring) from 32 KiB to 2 MiB: the measurement behind the size up to which
+``all_reduce`` gathers (``collectives.gather_limit``).
+
+Run: ``python benchmarks/bench_allreduce.py [--quick] [--json PATH] [--ranks 2 4] [--crossover]``
 """
 from __future__ import annotations
 
@@ -191,6 +195,52 @@ def allreduce_member(ring: Any, sizes: list[int], repeats: int, quick: bool, imp
     return out
 
 
+def crossover_member(ring: Any, sizes: list[int], repeats: int, quick: bool) -> dict:
+    """Median seconds per all-reduce of each size with each algorithm, alternated."""
+    import numpy as np
+    out: dict[tuple[str, int], list[float]] = {}
+    for nbytes in sizes:
+        x = np.zeros(nbytes // 4, np.float32)
+        iters = iterations(nbytes, quick)
+        for _ in range(repeats):
+            for algorithm in ("gather", "ring"):
+                ring.all_reduce(x, algorithm=algorithm)
+                ring.barrier()
+                start = time.perf_counter()
+                for _ in range(iters):
+                    ring.all_reduce(x, algorithm=algorithm)
+                elapsed = (time.perf_counter() - start) / iters
+                out.setdefault((algorithm, nbytes), []).append(ring.all_reduce(elapsed, op="max"))
+    return out
+
+
+def crossover(args: Any) -> None:
+    """Where the ring starts beating gather + local reduce, per ring size: the data
+    behind ``collectives.gather_limit``."""
+    import fiberlite
+    from fiberlite.collectives import gather_limit
+    sizes = sized(args, [KiB << i for i in range(5, 12)], [32 * KiB, 256 * KiB])
+    repeats = sized(args, 5, 1)
+    report = Report("allreduce_crossover", "all_reduce time, gather vs ring, by size",
+                    sizes=sizes, ranks=args.ranks, repeats=repeats)
+    for n in args.ranks:
+        progress(f"measuring gather and ring on {n} ranks ...")
+        times = fiberlite.Ring(n, crossover_member, args=(sizes, repeats, args.quick)).run()[0]
+        section = report.section(f"crossover_{n}", f"all_reduce on {n} ranks, gather vs ring "
+                                 f"(gather used up to {_size(gather_limit(n))})", unit="all-reduce",
+                                 reference=None)
+        for nbytes in sizes:
+            gather, ring = (statistics.median(times[(a, nbytes)]) for a in ("gather", "ring"))
+            section.add(f"gather {_size(nbytes)}", _stats(times[("gather", nbytes)]), ranks=n, bytes=nbytes)
+            section.add(f"ring {_size(nbytes)}", _stats(times[("ring", nbytes)]), ranks=n, bytes=nbytes,
+                        ring_vs_gather=ring / gather)
+            print(f"  {n} ranks {_size(nbytes):>8}: gather {_time(gather):>9}  ring {_time(ring):>9}"
+                  f"  ring/gather {ring / gather:.2f}x", flush=True)
+    if args.json:
+        report.write_json(args.json)
+        progress(f"wrote {args.json}")
+
+
 def fmt_bw(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e9:.3f}"
 
@@ -199,7 +249,12 @@ def main() -> None:
     p = parser("All-reduce bandwidth of a fiberlite Ring vs raw pynng and torch Gloo.")
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4])
     p.add_argument("--no-gloo", action="store_true", help="skip torch.distributed Gloo")
+    p.add_argument("--crossover", action="store_true",
+                   help="only compare the gather and ring algorithms from 32 KiB to 2 MiB")
     args = p.parse_args()
+    if args.crossover:
+        crossover(args)
+        return
     import fiberlite
     quick = args.quick
     sizes = sized(args, [4 * KiB << (2 * i) for i in range(8)], [4 * KiB, 256 * KiB, 4 * MiB])

@@ -40,7 +40,7 @@ OPS: dict[str, np.ufunc] = {"sum": np.add, "mean": np.add, "max": np.maximum, "m
 CHUNK_BYTES = 4 << 20        # the ring reduces at most this many bytes at a time, aiming at
 MIN_CHUNK_BYTES = 1 << 20    # 4 chunks per segment (pipelining), and at least this many
 RECEIVE_AHEAD = 2            # chunks a rank may have received before it reduced them
-SMALL_BYTES = 256 << 10      # per-dtype buffers up to this size use all-gather + local reduce
+GATHER_BYTES = {2: 512 << 10, 3: 256 << 10, 4: 128 << 10}  # by world size: see gather_limit
 INT64_RANGE = (-(1 << 63), (1 << 63) - 1)
 
 
@@ -61,6 +61,17 @@ class Transport(Protocol):
     def wait_received(self, ticket: int) -> None: ...
 
     def scratch(self, count: int, nbytes: int) -> list[np.ndarray]: ...
+
+
+def gather_limit(world_size: int) -> int:
+    """The largest per-dtype buffer that :func:`gather_reduce` handles better than the ring.
+
+    Gathering moves ``world_size - 1`` whole buffers to every rank, the ring about two
+    buffers' worth in ``2 (world_size - 1)`` steps. Measured on one host
+    (``benchmarks/bench_allreduce.py --crossover``): gathering wins up to 512 KiB on 2
+    ranks and up to about 128 KiB on 4, where the two are even; larger rings keep the
+    4-rank limit (not measured here)."""
+    return GATHER_BYTES.get(world_size, GATHER_BYTES[4])
 
 
 def ufunc_of(op: str) -> np.ufunc:

@@ -392,9 +392,9 @@ class Member:
         ``data``: a numpy array, torch tensor, Python number, or dicts/lists/tuples of
         them; the result has the same structure, shapes and types (``op="mean"`` of
         integers gives float64, as numpy). Leaves are fused into one buffer per dtype;
-        buffers up to ``collectives.SMALL_BYTES`` are all-gathered and reduced locally
-        (``algorithm="gather"``), larger ones go round the ring (``"ring"``). Every rank
-        gets bit-identical results.
+        buffers up to ``collectives.gather_limit(world_size)`` bytes (512 KiB on 2
+        ranks, 128 KiB on 4 or more) are all-gathered and reduced locally (``algorithm="gather"``),
+        larger ones go round the ring (``"ring"``). Every rank gets bit-identical results.
         """
         ufunc = coll.ufunc_of(op)
         leaves, rebuild = coll.flatten(data, "all_reduce")
@@ -456,15 +456,15 @@ class Member:
         offsets = [seg[r] for seg in segments]
         return rebuild([shards[g][a - offsets[g]:b - offsets[g]] for g, a, b in where], op, True)
 
-    @staticmethod
-    def _plan(groups: list, op: str, algorithm: str | None) -> list[int]:
+    def _plan(self, groups: list, op: str, algorithm: str | None) -> list[int]:
         """The groups that take the gather path (checked before anything is sent)."""
         if algorithm not in (None, "ring", "gather"):
             raise ValueError(f"algorithm must be 'ring', 'gather' or None, not {algorithm!r}")
         if op == "mean" and any(flat.dtype.kind == "b" for flat in groups):
             raise TypeError("op='mean' is not defined for booleans")
         if algorithm is None:
-            return [g for g, flat in enumerate(groups) if flat.nbytes <= coll.SMALL_BYTES]
+            limit = coll.gather_limit(self.world_size)
+            return [g for g, flat in enumerate(groups) if flat.nbytes <= limit]
         return list(range(len(groups))) if algorithm == "gather" else []
 
     # -- conveniences -----------------------------------------------------------------------------

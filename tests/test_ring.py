@@ -32,8 +32,8 @@ pytestmark = pytest.mark.timeout(60)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("sum", "mean", "max", "min")
 DTYPES = ("float32", "float64", "int64")
-# sizes: empty, fewer elements than ranks, odd, and above collectives.SMALL_BYTES
-SIZES = (0, 1, 3, 1001, 40_003)
+# sizes: empty, fewer elements than ranks, odd, and above collectives.gather_limit(2)
+SIZES = (0, 1, 3, 1001, 70_003)
 Point = collections.namedtuple("Point", "x y")
 
 
