@@ -21,7 +21,10 @@ from .handles import job_exports
 from .errors import BufferTooShort
 from .finalizing import CastQueue
 from .hub import LOCAL_PEER, LockedServant, ObjectRef, Servant, get_hub
+from .listener import Client, Listener, SocketConnection
 from .wire.codec import Payload
+
+__all__ = ["Pipe", "Connection", "wait", "Listener", "Client", "SocketConnection"]
 
 
 class PipeServant(LockedServant):
