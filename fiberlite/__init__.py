@@ -8,6 +8,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+import os as _os
+
+if "FIBERLITE_JOB" in _os.environ:  # a job starting: what it never uses is not imported
+    from .deferred import defer as _defer
+    _defer("asyncio")
+
 from .config import init
 from .context import BaseContext, default_context
 from .errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
