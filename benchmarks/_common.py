@@ -29,6 +29,23 @@ from typing import Any, Callable, Iterable
 SCHEMA = 1
 
 
+def compile_fiberlite() -> None:
+    """Write fiberlite's bytecode files, as installing it does.
+
+    The standard library and installed packages come with them; a source checkout run
+    with ``PYTHONDONTWRITEBYTECODE`` set would otherwise compile fiberlite's modules
+    again in every job it starts, and its start-up times would include that."""
+    import compileall
+    import importlib.util
+    spec = importlib.util.find_spec("fiberlite")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            compileall.compile_dir(folder, quiet=2)
+
+
+compile_fiberlite()
+
+
 # -- timing -------------------------------------------------------------------------------
 @dataclass
 class Stats:
