@@ -24,6 +24,7 @@ KINDS = {
     "_backend": "backend name",
     "_level": "`DEBUG`, `INFO`, `WARNING`, `ERROR`, `CRITICAL`",
     "_seconds": "seconds (> 0)",
+    "_seconds_or_never": "seconds (>= 0; 0: never)",
     "_flag": "`true` / `false` (env: `1`/`0`, `yes`/`no`, `on`/`off`)",
     "parse_cpu": "CPUs: `2`, `0.5`, `500m`",
     "parse_memory": "bytes or `512Mi`, `8Gi`, `1G`",

@@ -3,7 +3,8 @@
 It dials the parent's hub (address and object id in the environment, key in the
 secret environment), proves it holds the run's key, fetches its preparation data and
 the pickled Process, runs it and reports the exit code. If the connection to the
-parent drops, the parent is gone and the job exits too: no orphans.
+parent drops, or the parent answers nothing for ``parent_timeout`` seconds (its
+machine vanished), the parent is gone and the job exits too: no orphans.
 """
 from __future__ import annotations
 
@@ -30,6 +31,18 @@ def _prepare(prep: dict) -> None:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
+
+
+def _watch_parent(client, address: str, timeout: float, lost: threading.Event) -> None:
+    """Exit once the parent has answered nothing for ``timeout`` seconds.
+
+    A parent that exits closes its connections and the job ends at once (``on_lost``);
+    a parent whose machine vanished sends nothing at all, so it is asked at regular
+    intervals whether it is still there."""
+    while not lost.wait(timeout / 4):
+        if not client.ping(timeout * 3 / 4) and not lost.is_set():
+            _fail(f"the parent job at {address} has not answered for {timeout:g} s "
+                  f"(its machine is gone?); exiting")
 
 
 def main() -> None:
@@ -65,6 +78,10 @@ def main() -> None:
         import traceback
         traceback.print_exc()
         _fail(f"could not receive the process to run: {exc}")
+    from .config import get
+    if get("parent_timeout"):
+        threading.Thread(target=_watch_parent, args=(client, address, get("parent_timeout"), lost),
+                         name="fiberlite-parent-watch", daemon=True).start()
     process._popen = None
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
     from .hub import flush

@@ -48,6 +48,13 @@ def _seconds(value: Any) -> float:
     return seconds
 
 
+def _seconds_or_never(value: Any) -> float:
+    seconds = float(value)
+    if seconds < 0:
+        raise ValueError("expected a number of seconds, or 0 for never")
+    return seconds
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -81,6 +88,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("gpu", None, parse_count, "GPUs per job unless @meta says otherwise"),
     Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
     Setting("mount_working_dir", True, _flag, "mount working_dir into job containers"),
+    Setting("parent_timeout", 120.0, _seconds_or_never,
+            "a job whose parent has answered nothing for this many seconds exits (0: never)"),
 )}
 
 # settings that describe one job and are not handed down to its children

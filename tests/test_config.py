@@ -44,6 +44,8 @@ def test_precedence_file_env_code(fresh_config, monkeypatch):
     ("memory", "12 parsecs", "memory size"),
     ("log_level", "LOUD", "DEBUG"),
     ("start_timeout", "-1", "positive"),
+    ("parent_timeout", "-5", "0 for never"),
+    ("parent_timeout", "soon", "could not convert"),
 ])
 def test_invalid_environment_value_names_setting(fresh_config, monkeypatch, name, value, needle):
     monkeypatch.setenv("FIBERLITE_" + name.upper(), value)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -47,3 +48,39 @@ def test_parent_sigkill_leaves_no_orphans(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+STOPPABLE_PARENT = textwrap.dedent("""
+    import sys, fiberlite, jobs
+    if __name__ == "__main__":
+        r = fiberlite.Queue()
+        fiberlite.Process(target=jobs.wait_forever, args=(r,)).start()
+        print(r.get(timeout=60), flush=True)
+        sys.stdin.read()
+""")
+
+
+def test_a_parent_that_stops_answering_is_given_up(tmp_path):
+    # a stopped process keeps its connections open, as a vanished machine does: only
+    # the unanswered pings of its children tell them it is gone
+    script = tmp_path / "parent.py"
+    script.write_text(STOPPABLE_PARENT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]),
+               FIBERLITE_PARENT_TIMEOUT="2")
+    parent = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=env, text=True)
+    child = None
+    try:
+        child = psutil.Process(int(parent.stdout.readline()))
+        exited = os.pidfd_open(child.pid)   # readable once it exits (a stopped parent cannot reap it)
+        try:
+            parent.send_signal(signal.SIGSTOP)
+            ready, _, _ = select.select([exited], [], [], 30)
+        finally:
+            os.close(exited)
+        assert ready, "the child kept running for 30 s after its parent stopped answering"
+    finally:
+        parent.kill()
+        parent.wait(10)
+        if child is not None and child.is_running():
+            child.kill()

@@ -244,6 +244,25 @@ class Client:
         if not ok:
             raise value
 
+    def ping(self, timeout: float) -> bool:
+        """Whether the server answers within ``timeout`` seconds (False once the
+        connection is lost). A server whose machine vanished sends no reset: only an
+        unanswered request tells."""
+        try:
+            self._enter()
+        except ConnectionLost:
+            return False
+        ctx = self._context()
+        try:
+            ctx.send_frame(codec.encode(None, codec.PING), wait=False)
+            ctx.recv_frame(max(1, int(timeout * 1000)))
+            return True
+        except pynng.NNGException:   # Timeout, or the connection closed
+            return False
+        finally:
+            self._discard(ctx)   # a request left unanswered must not be reused
+            self._leave()
+
     def close(self) -> None:
         """Close the connection (calls still under way in other threads fail)."""
         with self._lock:

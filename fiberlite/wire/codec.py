@@ -21,7 +21,8 @@ _COUNT = struct.Struct("<I")
 # high bits of the frame's buffer count: what the sender wants from the server
 NO_REPLY = 1 << 31  # a one-way request: the server sends no reply
 SYNC = 1 << 30      # answered once every earlier request of the connection is handled
-_FLAGS = NO_REPLY | SYNC
+PING = 1 << 29      # answered at once by the server's receiving thread (is it there?)
+_FLAGS = NO_REPLY | SYNC | PING
 _LENGTH = struct.Struct("<Q")
 PROTOCOL = 5
 _PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
@@ -208,7 +209,7 @@ def _rebuild_raw(data) -> Payload:
 
 def encode(obj: Any, flags: int = 0) -> bytes | Message:
     """Frame ``obj``: bytes when it has no out-of-band buffers, else an nng message
-    assembled with a single copy of every buffer. ``flags``: :data:`NO_REPLY`, :data:`SYNC`."""
+    assembled with a single copy of every buffer. ``flags``: :data:`NO_REPLY`, :data:`SYNC`, :data:`PING`."""
     buffers: list = []
     main = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
     if not buffers:

@@ -31,6 +31,7 @@ class Io(pynng.Context):
     def __init__(self, socket: pynng.Socket) -> None:
         self._send_aio = self._recv_aio = None
         self._sending = False
+        self._recv_timeout = -1  # ms, nng's NNG_DURATION_INFINITE
         super().__init__(socket)
         self._send_aio = _new_aio()
         self._recv_aio = _new_aio()
@@ -70,10 +71,14 @@ class Io(pynng.Context):
             lib.nng_msg_free(lib.nng_aio_get_msg(aio))
         return err
 
-    def recv_frame(self):
+    def recv_frame(self, timeout_ms: int = -1):
         """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
-        :func:`codec.frame_from_message` (large out-of-band frames used in place)."""
+        :func:`codec.frame_from_message` (large out-of-band frames used in place).
+        ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever)."""
         aio = self._recv_aio
+        if timeout_ms != self._recv_timeout:
+            lib.nng_aio_set_timeout(aio, timeout_ms)
+            self._recv_timeout = timeout_ms
         lib.nng_ctx_recv(self.context, aio)
         lib.nng_aio_wait(aio)
         check_err(lib.nng_aio_result(aio))

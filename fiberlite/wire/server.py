@@ -112,6 +112,9 @@ class Server:
                     self._drop(peer, pipe, ctx)
                     continue
                 del frame
+                if flags & codec.PING:
+                    self._send(ctx, codec.encode((True, None)))
+                    continue
                 if flags & codec.SYNC:  # every earlier request of this peer is handled
                     error = self._one_way_errors.pop(peer, None)
                     self._send(ctx, codec.encode((True, None) if error is None else (False, error)))
