@@ -46,6 +46,7 @@ HANDSHAKE_SECONDS = 10.0   # per connection, for the challenge-response and the 
 SAME_HOST_BUFFER = 256 << 10   # socket buffers between members on one host: the bytes in
                                # flight stay in the CPU's caches (the kernel doubles it)
 BACKLOG = 16
+HANDSHAKES_AT_ONCE = 16    # connections checked at the same time; more wait for a turn
 _IDENT = struct.Struct("<8sqq")   # magic, rank of the dialer, world size
 _IDENT_MAGIC = b"FLlink01"
 _CHALLENGE_SIZE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
@@ -314,12 +315,19 @@ class Link:
                 same_host: bool) -> socket.socket:
         """The left neighbour's connection, once it authenticated; others are closed.
 
-        Each connection is checked on a thread of its own, so one that never speaks
-        does not hold up the neighbour behind it for the handshake's timeout."""
+        Each connection is checked on a thread of its own (at most
+        :data:`HANDSHAKES_AT_ONCE` at a time), so one that never speaks does not hold up
+        the neighbour behind it for the handshake's timeout."""
         passed: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
+        slots = threading.BoundedSemaphore(HANDSHAKES_AT_ONCE)
 
         def check(sock: socket.socket) -> None:
-            why = self._check_dialer(sock, world_size, key)
+            try:
+                why = self._check_dialer(sock, world_size, key)
+            except Exception as exc:   # never leave a connection unanswered on a dead thread
+                why = f"broke its check ({type(exc).__name__}: {exc})"
+            finally:
+                slots.release()
             if why is None:
                 passed.put(sock)
                 self._close_listener()   # wakes the accept below
@@ -341,6 +349,14 @@ class Link:
                     break
                 raise ConnectionError(f"no ring link from rank {self.left}: {exc}") from None
             self._track(sock)
+            try:
+                remaining = _remaining(deadline)
+                turn = slots.acquire(timeout=remaining)
+            except TimeoutError:
+                turn = False
+            if not turn:
+                self._drop(sock)
+                raise TimeoutError(f"rank {self.left} did not connect its ring link in time")
             threading.Thread(target=check, args=(sock,), name="fiberlite-ring-link-handshake",
                              daemon=True).start()
         try:
