@@ -32,7 +32,7 @@ from typing import Any
 from .hub import LOCAL_PEER, Servant
 from .synchronize import RLock, _LockBase, _Shared
 
-__all__ = ["RawValue", "RawArray", "Value", "Array", "typecode_to_type",
+__all__ = ["RawValue", "RawArray", "Value", "Array", "copy", "typecode_to_type",
            "Synchronized", "SynchronizedArray", "SynchronizedString"]
 
 typecode_to_type: dict[str, type] = {
@@ -98,6 +98,15 @@ class SharedServant(Servant):
             request.reply(access())
         else:
             self.guard.run_locked(request, (request.peer, pid, tid), access)
+
+    def op_copy(self, request) -> None:
+        """A new raw shared object holding a copy of this one, served here."""
+        request.reply(self.copy())
+
+    def copy(self) -> "SharedValue":
+        with self._lock:
+            snapshot = type(self.obj).from_buffer_copy(self.obj)
+        return _wrap(snapshot, False, None)
 
     def try_access(self, op: str, args: tuple, key: tuple | None) -> tuple[bool, Any]:
         """A direct access from the owning process: ``(False, None)`` if it has to wait."""
@@ -326,6 +335,17 @@ def RawValue(typecode_or_type: Any, *args: Any) -> SharedValue:
 def RawArray(typecode_or_type: Any, size_or_initializer: Any) -> SharedArray:
     """A shared ctypes array without a lock: ``size`` zeros, or a copy of a sequence."""
     return _wrap(_new_array(typecode_or_type, size_or_initializer), False, None)
+
+
+def copy(obj: Any) -> Any:
+    """A new raw shared object holding a copy of ``obj``: a ctypes object, or a shared
+    value or array (raw or synchronized; it is copied where it lives, without its lock)."""
+    if isinstance(obj, _SharedCtype):
+        servant = obj._servant
+        return servant.copy() if servant is not None else obj._ref.call("copy")
+    if isinstance(obj, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return _wrap(type(obj).from_buffer_copy(obj), False, None)
+    raise TypeError(f"copy() takes a ctypes object or a shared Value/Array, not {type(obj).__name__}")
 
 
 def Value(typecode_or_type: Any, *args: Any, lock: Any = True, ctx: Any = None) -> Any:

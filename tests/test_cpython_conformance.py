@@ -34,8 +34,8 @@ TODO — documented behaviour that fails (measured on the local backend):
    killed parent and see ``parent_process().is_alive()`` become False; a fiberlite job
    exits as soon as its parent's hub is gone (no orphans), so it never reports.
 
-Missing API met on the way: ``multiprocessing.connection.Listener``/``Client``/
-``wait``, ``sharedctypes.copy``.
+Missing API met on the way: none left (``connection.Listener``/``Client``/``wait`` and
+``sharedctypes.copy`` were added).
 
 Adaptations (helpers that name the stdlib directly or read its private state):
 ``_TestProcess``'s two child helpers that import the stdlib's ``parent_process``;
@@ -57,6 +57,7 @@ import pytest
 import fiberlite
 import fiberlite.connection
 import fiberlite.queues
+import fiberlite.sharedctypes
 
 cpy = pytest.importorskip("test._test_multiprocessing")
 
@@ -290,12 +291,13 @@ class TestArray(FiberliteMixin, cpy._TestArray, unittest.TestCase):
     pass
 
 
-@select(missing={"test_copy": "fiberlite.sharedctypes has no copy()"})
 class TestSharedCTypes(FiberliteMixin, cpy._TestSharedCTypes, unittest.TestCase):
     def setUp(self):
         super().setUp()
-        # CPython's test calls the stdlib's sharedctypes.Value by its module-level name
+        # CPython's test calls the stdlib's sharedctypes.Value and copy by their
+        # module-level names
         self.enterContext(mock.patch.object(cpy, "Value", fiberlite.Value))
+        self.enterContext(mock.patch.object(cpy, "copy", fiberlite.sharedctypes.copy))
 
 
 # -- pipes ----------------------------------------------------------------------------------

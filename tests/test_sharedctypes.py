@@ -170,3 +170,32 @@ def test_value_travels_through_a_queue():
     assert out.get(timeout=WAIT) == "done"
     p.join(WAIT)
     assert v.value == 2.5
+
+
+def copy_in_child(arr, point, out):
+    from fiberlite.sharedctypes import copy
+    arr_copy, point_copy = copy(arr), copy(point)
+    arr[:] = [0] * len(arr)             # the copies do not follow the originals
+    point.x = 0
+    out.put((arr_copy[:], point_copy.x, point_copy.y, arr_copy, type(arr_copy).__name__))
+
+
+def test_copy_here_and_in_a_job():
+    from fiberlite.sharedctypes import copy
+    arr = fiberlite.Array("i", [1, 2, 3])
+    point = fiberlite.RawValue(Point, 4, 2.5)
+    here = copy(arr)
+    arr[0] = 9
+    assert here[:] == [1, 2, 3] and not hasattr(here, "get_lock")
+    plain = copy(Point(7, 1.5))            # a plain ctypes object, as the stdlib allows
+    assert (plain.x, plain.y) == (7, 1.5)
+    out = fiberlite.Queue()
+    p = fiberlite.Process(target=copy_in_child, args=(arr, point, out))
+    p.start()
+    items, x, y, remote_copy, kind = out.get(timeout=WAIT)
+    p.join(WAIT)
+    assert (items, x, y, kind) == ([9, 2, 3], 4, 2.5, "SharedArray")
+    assert arr[:] == [0, 0, 0] and point.x == 0
+    assert remote_copy[:] == [9, 2, 3]      # the copy made for the job is still reachable
+    with pytest.raises(TypeError, match="ctypes object or a shared Value/Array"):
+        copy([1, 2, 3])
