@@ -14,7 +14,7 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .channel import Channel
 from .handles import job_exports
@@ -141,6 +141,8 @@ class PipeServant(LockedServant):
 class Connection:
     """One end of a :func:`Pipe` (``multiprocessing.connection.Connection``)."""
 
+    _signal: "_ReadySignal | None" = None  # made by fileno()
+
     def __init__(self, ref: ObjectRef, end: int, readable: bool, writable: bool) -> None:
         self._ref = ref
         self._end = end
@@ -152,6 +154,8 @@ class Connection:
     def __del__(self) -> None:
         # as a multiprocessing Connection closes its descriptor when collected; a
         # finalizer must not take locks, so a thread of its own does the closing
+        if self._signal is not None:
+            self._signal.close(wait=False)
         if not getattr(self, "_closed", True):
             self._closed = True
             _closes.put(self._ref, "close", self._end)
@@ -193,10 +197,19 @@ class Connection:
             raise OSError("connection is read-only")
 
     def fileno(self) -> int:
-        raise OSError("fiberlite connections have no file descriptor; use poll() or "
-                      "fiberlite.connection.wait()")
+        """A descriptor that is readable while this end has something to read or is at
+        EOF, for ``select``, ``selectors`` and ``multiprocessing.connection.wait``.
+
+        It is made on the first call; from then on each receive on this Connection
+        costs one more round trip to the pipe (to learn whether more is left)."""
+        self._check_closed()
+        if self._signal is None:
+            self._signal = _ReadySignal(self._ref, self._end)
+        return self._signal.fd
 
     def close(self) -> None:
+        if self._signal is not None:
+            self._signal.close()
         if not self._closed:
             self._closed = True
             try:
@@ -238,7 +251,10 @@ class Connection:
     # -- receiving -----------------------------------------------------------------------
     def _receive(self) -> Payload:
         self._check_readable()
-        return self._ref.call("recv", self._end)
+        payload = self._ref.call("recv", self._end)
+        if self._signal is not None:
+            self._signal.rearm()
+        return payload
 
     def recv(self) -> Any:
         """Receive an object; ``EOFError`` when the other end is closed and nothing is left."""
@@ -308,13 +324,12 @@ class _Readiness(Servant):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waits: dict[int, tuple[threading.Event, set]] = {}
+        self._waits: dict[int, Callable[[int], None]] = {}
 
-    def open(self, wait_id: int) -> tuple[threading.Event, set]:
-        entry = (threading.Event(), set())
+    def open(self, wait_id: int, notify: Callable[[int], None]) -> None:
+        """Call ``notify(index)`` for each notice of ``(wait_id, index)`` until :meth:`close`."""
         with self._lock:
-            self._waits[wait_id] = entry
-        return entry
+            self._waits[wait_id] = notify
 
     def close(self, wait_id: int) -> None:
         with self._lock:
@@ -323,10 +338,9 @@ class _Readiness(Servant):
     def op_ready(self, request, token: tuple) -> None:
         wait_id, index = token
         with self._lock:
-            entry = self._waits.get(wait_id)
-            if entry is not None:
-                entry[1].add(index)
-                entry[0].set()
+            notify = self._waits.get(wait_id)
+            if notify is not None:
+                notify(index)
         request.reply()
 
 
@@ -343,6 +357,78 @@ def _readiness_mailbox() -> tuple[_Readiness, ObjectRef]:
             servant = _Readiness()
             _readiness = (servant, hub.register(servant))
         return _readiness
+
+
+class _ReadySignal:
+    """An OS pipe whose read end is readable while a Connection's end has something to
+    read (or is at EOF): what ``Connection.fileno()`` returns.
+
+    The pipe's servant notifies this process's mailbox once the end becomes readable
+    (a one-shot watch); after each receive the pipe is emptied and the watch set
+    again, which answers at once when more is left. Notices carry the watch's
+    generation, so one that arrives after a newer watch was set is ignored."""
+
+    def __init__(self, ref: ObjectRef, end: int) -> None:
+        self._ref, self._end = ref, end
+        self._lock = threading.Lock()
+        self._closed = False
+        self._generation = 0
+        self.fd, self._w = os.pipe()
+        os.set_blocking(self.fd, False)
+        os.set_blocking(self._w, False)
+        mailbox, self._mailbox_ref = _readiness_mailbox()
+        self._mailbox = mailbox
+        self._id = next(_wait_ids)
+        mailbox.open(self._id, self._notice)
+        self.rearm()
+
+    def _notice(self, generation: int) -> None:
+        with self._lock:
+            if generation == self._generation:
+                self._set()
+
+    def _set(self) -> None:  # the lock is held
+        if not self._closed:
+            try:
+                os.write(self._w, b"!")
+            except BlockingIOError:
+                pass  # already readable
+
+    def rearm(self) -> None:
+        """After a receive: readable again only if something is left (or at EOF)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._generation += 1
+            generation = self._generation
+            try:
+                while os.read(self.fd, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        ready = self._ref.call("watch", self._end, (self._id, generation), self._mailbox_ref)
+        if ready:
+            self._notice(generation)
+
+    def close(self, wait: bool = True) -> None:
+        """Close the pipe; ``wait=False`` (in a finalizer) gives up rather than wait for
+        the lock, leaving the descriptors to the process's exit."""
+        if not self._lock.acquire(blocking=wait):
+            return
+        try:
+            if self._closed:
+                return
+            self._closed = True
+            os.close(self.fd)
+            os.close(self._w)
+        finally:
+            self._lock.release()
+        if wait:
+            self._mailbox.close(self._id)
+            try:
+                self._ref.cast("unwatch", self._end, (self._id, self._generation))
+            except (ConnectionError, ReferenceError):
+                pass
 
 
 def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
@@ -363,7 +449,12 @@ def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     mailbox, mailbox_ref = _readiness_mailbox()
     wait_id = next(_wait_ids)
-    woken, ready_indexes = mailbox.open(wait_id)
+    woken, ready_indexes = threading.Event(), set()
+
+    def notify(index: int) -> None:
+        ready_indexes.add(index)
+        woken.set()
+    mailbox.open(wait_id, notify)
     watched: list[int] = []
     stop_r = stop_w = None
     try:

@@ -1,7 +1,11 @@
 """fiberlite.connection.wait: multiprocessing.connection.wait for fiberlite Connections."""
 from __future__ import annotations
 
+import pickle
+import select
+import selectors
 import time
+from multiprocessing.connection import wait as stdlib_wait
 
 import pytest
 
@@ -83,7 +87,50 @@ def test_closed_or_write_only_connections_are_rejected():
         wait([r], timeout=0)
 
 
-def test_fileno_points_at_wait():
-    a, _b = fiberlite.Pipe()
-    with pytest.raises(OSError, match="fiberlite.connection.wait"):
+def send_later(conn, items, go):
+    go.wait()
+    for item in items:
+        conn.send(item)
+
+
+def test_fileno_is_readable_while_something_is_left_and_at_eof():
+    a, b = fiberlite.Pipe()
+    go = fiberlite.Event()
+    p = fiberlite.Process(target=send_later, args=(b, ["x", "y"], go))
+    p.start()
+    b.close()
+    try:
+        fd = a.fileno()
+        assert isinstance(fd, int) and a.fileno() == fd
+        assert select.select([fd], [], [], 0.2)[0] == []
+        go.set()
+        assert select.select([fd], [], [], 30)[0] == [fd]     # sent by the job
+        assert a.recv() == "x"
+        assert select.select([fd], [], [], 30)[0] == [fd]     # "y" is still there
+        assert a.recv() == "y"
+        p.join(30)                                            # the job's end is gone: EOF
+        assert stdlib_wait([a], 30) == [a]
+        with pytest.raises(EOFError):
+            a.recv()
+    finally:
+        a.close()
+    with pytest.raises(OSError, match="closed"):
         a.fileno()
+
+
+def test_fileno_with_selectors_and_a_pickled_end():
+    a, b = fiberlite.Pipe()
+    with selectors.DefaultSelector() as sel:
+        sel.register(a, selectors.EVENT_READ)
+        assert sel.select(0.1) == []
+        b.send_bytes(b"abc")
+        (key, _), = sel.select(30)
+        assert key.fileobj is a and a.recv_bytes() == b"abc"
+        assert sel.select(0.1) == []
+        sel.unregister(a)
+    again = pickle.loads(pickle.dumps(a))   # another Connection on the same end
+    b.send(1)
+    assert stdlib_wait([again], 30) == [again] and again.recv() == 1
+    again.close()
+    a.close()
+    b.close()

@@ -26,11 +26,7 @@ file near a minute on 2 cores (reason ``slow``); ``FIBERLITE_CONFORMANCE_SLOW=1`
 
 TODO — documented behaviour that fails (measured on the local backend):
 
-1. ``TestConnection.test_connection``: ``Connection.fileno()`` raises ``OSError``;
-   the docs say it returns the connection's file descriptor (used with
-   ``connection.wait()`` and selectors). Everything else in the test passes
-   (``test_connection_except_fileno``).
-2. ``TestProcess.test_parent_process`` (by design): a grandchild must outlive its
+1. ``TestProcess.test_parent_process`` (by design): a grandchild must outlive its
    killed parent and see ``parent_process().is_alive()`` become False; a fiberlite job
    exits as soon as its parent's hub is gone (no orphans), so it never reports.
 
@@ -69,7 +65,6 @@ RUN_SLOW = os.environ.get("FIBERLITE_CONFORMANCE_SLOW") == "1"
 FDS = "relies on os-level file descriptors of the connection (multiprocessing.reduction)"
 FEEDER = "tests the stdlib's background feeder thread"
 FORKSERVER = "forkserver start method internals"
-NO_CONNECTION_MODULE = "multiprocessing.connection Listener/Client"
 
 
 class _AsMultiprocessing(types.ModuleType):
@@ -306,26 +301,21 @@ class TestSharedCTypes(FiberliteMixin, cpy._TestSharedCTypes, unittest.TestCase)
         "test_fd_transfer": FDS,
         "test_large_fd_transfer": FDS,
         "test_missing_fd_transfer": FDS,
-    },
-    gaps={"test_connection": "Connection.fileno() raises OSError (no file descriptor)"})
+    })
 class TestConnection(FiberliteMixin, cpy._TestConnection, unittest.TestCase):
-    def test_connection_except_fileno(self):
-        """``test_connection`` with ``fileno()`` answering an int: all the rest
-        (send/recv, recv_bytes_into, BufferTooShort, poll, 16 MiB, EOF) must hold."""
-        with mock.patch.object(fiberlite.connection.Connection, "fileno", lambda self: -1):
-            cpy._TestConnection.test_connection(self)
+    pass
 
 
 class TestPoll(FiberliteMixin, cpy._TestPoll, unittest.TestCase):
     pass
 
 
-@select(missing={"test_pickling": NO_CONNECTION_MODULE + " and socket pickling"})
+@select(not_applicable={"test_pickling": "sends Listener connections and sockets to other "
+                                          "processes (file-descriptor passing)"})
 class TestPicklingConnections(FiberliteMixin, cpy._TestPicklingConnections, unittest.TestCase):
     pass
 
 
-@select(missing={"test_ignore_listener": NO_CONNECTION_MODULE})
 class TestIgnoreEINTR(cpy.TestIgnoreEINTR):
     def setUp(self):
         _use_fiberlite(self)
