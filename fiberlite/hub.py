@@ -16,6 +16,7 @@ from .scheduler import Scheduler
 from .wire.client import Client
 from .wire.codec import Payload
 from .wire.server import Request, Server
+from .wire.tls import host_port
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +109,9 @@ class Hub:
         # reentrant: a handle's finalizer may run (garbage collection) while this
         # thread holds it
         self._lock = threading.RLock()
+        from .config import get
         self.server = Server(runtime.key(), host, self._handle, self._peer_lost,
-                             self.scheduler.call_soon)
+                             self.scheduler.call_soon, use_tls=get("tls"))
         self.address = self.server.address
 
     def register(self, servant: Servant, held: bool = False) -> "ObjectRef":
@@ -224,7 +226,7 @@ def get_hub(backend: str | None = None) -> Hub:
 
 def _check_reachable(hub: Hub, backend: str) -> None:
     from .config import listen_host
-    host = hub.address[len("tcp://"):].rsplit(":", 1)[0]
+    host = host_port(hub.address)[0]
     if host.startswith("127.") or host in ("localhost", "::1"):
         wanted = listen_host(backend)
         if not (wanted.startswith("127.") or wanted in ("localhost", "::1")):

@@ -59,11 +59,13 @@ except ImportError:  # pragma: no cover - numpy is in every training environment
 
 from . import collectives as coll
 from . import ringlink, runtime
+from .ringstream import MessageStream
 from .errors import RemoteTraceback, RingError
 from .errors import TimeoutError as _MPTimeoutError
 from .hub import LOCAL_PEER, ObjectRef, Servant, connect, flush, get_hub
 from .meta import ATTRIBUTE as META_ATTRIBUTE
 from .wire.codec import Payload
+from .wire.tls import host_port, is_tls
 
 DEFAULT_TIMEOUT = 1800.0   # seconds a collective may wait (torch.distributed's default)
 ABORT_GRACE = 10.0         # seconds members get to stop by themselves after a failure
@@ -193,6 +195,9 @@ class Member:
         self._broken_by: BaseException | None = None
         self._buffers = coll.Buffers()   # memory of earlier results, reused
         self._link = link                 # byte streams to the ring neighbours
+        # without links (tls: links are plain TCP) the streams are messages
+        left, right = (rank - 1) % world_size, (rank + 1) % world_size
+        self._messages = MessageStream(self._post, self._take, left, right) if link is None else None
         self._link_addresses: list[str | None] = table.get("links") or [None] * world_size
         self._hosts: list[str] = table.get("hosts") or [""] * world_size
         self._scratch: list[np.ndarray] = []
@@ -536,16 +541,26 @@ class _Transport:
         self._member = member
 
     def stream_send(self, data: np.ndarray) -> int:
-        return self._member._link.send(data)
+        member = self._member
+        return (member._link or member._messages).send(data)
 
     def stream_receive(self, into: np.ndarray) -> int:
-        return self._member._link.receive(into)
+        member = self._member
+        return (member._link or member._messages).receive(into)
 
     def wait_sent(self, ticket: int) -> None:
-        self._member._wait_link(True, ticket)
+        member = self._member
+        if member._link is None:
+            member._messages.wait_sent(ticket)
+        else:
+            member._wait_link(True, ticket)
 
     def wait_received(self, ticket: int) -> None:
-        self._member._wait_link(False, ticket)
+        member = self._member
+        if member._link is None:
+            member._messages.wait_received(ticket)
+        else:
+            member._wait_link(False, ticket)
 
     def scratch(self, count: int, nbytes: int) -> list[np.ndarray]:
         return self._member._scratch_buffers(count, nbytes)
@@ -586,8 +601,8 @@ class _MemberMain:
             inbox = RingMember()
             hub = get_hub()
             ref = hub.register(inbox)
-            if self.world_size > 1:  # listens where the hub does
-                link = ringlink.Link(hub.address[len("tcp://"):].rsplit(":", 1)[0])
+            if self.world_size > 1 and not is_tls(hub.address):  # listens where the hub does
+                link = ringlink.Link(host_port(hub.address)[0])
             table = self.rendezvous.call("join", self.rank, ref, socket.gethostname(),
                                          link.address if link is not None else None)
             member = Member(self.rank, self.world_size, table, inbox, self.rendezvous, self.timeout, link)

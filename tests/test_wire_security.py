@@ -15,18 +15,9 @@ from fiberlite.errors import AuthenticationError
 from fiberlite.wire import auth, codec
 from fiberlite.wire.client import Client
 from fiberlite.wire.server import Server
+from unpickle_trap import Trace
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class Trace:
-    """Unpickling this creates a marker file: proof that something was unpickled."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def __reduce__(self):
-        return (open, (self.path, "w"))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pynng
 from pynng._nng import lib
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec
+from . import auth, codec, tls
 from .nngio import Io
 from .server import close_socket
 
@@ -38,7 +38,8 @@ class Client:
         self._socket_closed = False
         self.alive = False
         self._contexts: list[pynng.Context] = []
-        self._sock = pynng.Req0(recv_max_size=0, resend_time=-1)
+        options = {"tls_config": tls.config(key, server=False)} if tls.is_tls(address) else {}
+        self._sock = pynng.Req0(recv_max_size=0, resend_time=-1, **options)
         self._sock.reconnect_time_min = 60_000
         self._sock.reconnect_time_max = 60_000
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
@@ -57,6 +58,9 @@ class Client:
         except pynng.ConnectionRefused:
             raise ConnectionRefusedError(
                 f"nothing listens at {address} (has the job that owns it exited?)") from None
+        except pynng.CryptoError:
+            raise AuthenticationError(
+                f"{address} refused TLS with this process's key (is it another run's job?)") from None
         except pynng.NNGException as exc:
             raise ConnectionError(f"cannot connect to {address}: {exc}") from None
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import pynng
 
-from . import auth, codec
+from . import auth, codec, tls
 from .nngio import Io, close_pipe
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,8 @@ class OneWayRequest:
 
 
 class Server:
-    """Listen on ``tcp://host:port`` and hand authenticated requests to ``handler``.
+    """Listen on ``tcp://host:port`` (``tls+tcp://`` with ``use_tls``, see
+    :mod:`fiberlite.wire.tls`) and hand authenticated requests to ``handler``.
 
     ``handler(request, message)`` runs on the receiving thread and must not block;
     ``on_peer_lost(peer)`` is called (via ``defer``) when a connection ends.
@@ -63,7 +64,7 @@ class Server:
 
     def __init__(self, key: bytes, host: str, handler: Callable[[Request, Any], None],
                  on_peer_lost: Callable[[int], None], defer: Callable[[Callable[[], None]], None],
-                 port: int = 0) -> None:
+                 port: int = 0, use_tls: bool = False) -> None:
         self._key = key
         self._handler = handler
         self._on_peer_lost = on_peer_lost
@@ -74,13 +75,15 @@ class Server:
         self._one_way_errors: dict[int, BaseException] = {}
         self._closed = False
         self._contexts: list[pynng.Context] = []
-        self._sock = pynng.Rep0(recv_max_size=0)
+        scheme = tls.SCHEME if use_tls else tls.PLAIN
+        options = {"tls_config": tls.config(key, server=True)} if use_tls else {}
+        self._sock = pynng.Rep0(recv_max_size=0, **options)
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         bind_host = "0.0.0.0" if host not in ("127.0.0.1", "localhost", "::1") else host
-        self._sock.listen(f"tcp://{bind_host}:{port}")
+        self._sock.listen(f"{scheme}{bind_host}:{port}")
         bound = str(self._sock.listeners[0].local_address)
         self.port = int(bound.rsplit(":", 1)[1])
-        self.address = f"tcp://{host}:{self.port}"
+        self.address = f"{scheme}{host}:{self.port}"
         self._thread = threading.Thread(target=self._serve, name="fiberlite-server", daemon=True)
         self._thread.start()
 
