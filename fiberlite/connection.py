@@ -204,7 +204,7 @@ class Connection:
         costs one more round trip to the pipe (to learn whether more is left)."""
         self._check_closed()
         if self._signal is None:
-            self._signal = _ReadySignal(self._ref, self._end)
+            self._signal = _ReadySignal(self._ref, self._end, watch=self._readable)
         return self._signal.fd
 
     def close(self) -> None:
@@ -368,10 +368,11 @@ class _ReadySignal:
     again, which answers at once when more is left. Notices carry the watch's
     generation, so one that arrives after a newer watch was set is ignored."""
 
-    def __init__(self, ref: ObjectRef, end: int) -> None:
+    def __init__(self, ref: ObjectRef, end: int, watch: bool = True) -> None:
         self._ref, self._end = ref, end
         self._lock = threading.Lock()
         self._closed = False
+        self._watch = watch   # False: the sending end of a one-way pipe, never readable
         self._generation = 0
         self.fd, self._w = os.pipe()
         os.set_blocking(self.fd, False)
@@ -397,7 +398,7 @@ class _ReadySignal:
     def rearm(self) -> None:
         """After a receive: readable again only if something is left (or at EOF)."""
         with self._lock:
-            if self._closed:
+            if self._closed or not self._watch:
                 return
             self._generation += 1
             generation = self._generation

@@ -134,3 +134,15 @@ def test_fileno_with_selectors_and_a_pickled_end():
     again.close()
     a.close()
     b.close()
+
+
+def test_fileno_of_a_one_way_pipe_is_readable_only_on_the_reading_end():
+    r, w = fiberlite.Pipe(duplex=False)
+    try:
+        w.send("x")
+        assert select.select([r.fileno(), w.fileno()], [], [], 30)[0] == [r.fileno()]
+        assert r.recv() == "x"
+        assert select.select([r.fileno(), w.fileno()], [], [], 0.2)[0] == []
+    finally:
+        r.close()
+        w.close()
