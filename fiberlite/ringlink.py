@@ -34,7 +34,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -210,6 +210,7 @@ class Link:
         self.left: int | None = None
         self.right: int | None = None
         bind, family = _bind(host.strip("[]"))
+        self._accepting = False   # a thread is in _accept: it closes the listener
         self._listener: socket.socket | None = socket.create_server((bind, 0), family=family,
                                                                     backlog=BACKLOG)
         port = self._listener.getsockname()[1]
@@ -271,13 +272,21 @@ class Link:
         sock.close()
 
     def _close_listener(self) -> None:
+        """Stop listening (any thread): a thread blocked in accept returns.
+
+        The socket is closed here, or, while a thread accepts on it, by that thread once
+        its accept has returned: closed under a blocked accept, its descriptor could be
+        reused by another socket and the accept would wait on that one instead."""
         with self._lock:
             listener, self._listener = self._listener, None
-        if listener is not None:
-            try:
-                listener.shutdown(socket.SHUT_RDWR)   # wakes a thread blocked in accept
-            except OSError:
-                pass
+            accepting = self._accepting
+        if listener is None:
+            return
+        try:
+            listener.shutdown(socket.SHUT_RDWR)   # wakes a thread blocked in accept
+        except OSError:
+            pass
+        if not accepting:
             listener.close()
 
     def _dial(self, address: str, rank: int, world_size: int, key: bytes,
@@ -335,10 +344,25 @@ class Link:
             log.warning("ring link: closed a connection that %s", why)
             self._drop(sock)
 
-        while passed.empty():
+        with self._lock:
             listener = self._listener
             if listener is None:
-                break
+                raise ConnectionError("the ring link stopped listening before the left neighbour connected")
+            self._accepting = True
+        try:
+            return self._accept_on(listener, passed, slots, check, deadline, same_host)
+        finally:
+            with self._lock:
+                self._accepting = False
+                stopped = self._listener is None
+            if stopped:
+                listener.close()
+
+    def _accept_on(self, listener: socket.socket, passed: queue.SimpleQueue,
+                   slots: threading.BoundedSemaphore, check: Callable[[socket.socket], None],
+                   deadline: float | None, same_host: bool) -> socket.socket:
+        """The accept loop of :meth:`_accept`: each connection to ``check`` on a thread."""
+        while passed.empty() and self._listener is not None:
             try:
                 listener.settimeout(_remaining(deadline))
                 sock, _ = listener.accept()
