@@ -479,11 +479,18 @@ def ring_reduce(t: Transport, flat: np.ndarray, bounds: Sequence[int], ufunc: np
         return upto if upto < len(rs) else len(rs) + len(ag)
 
     post(wanted(0))
-    send(mine)
+    head_sent = send(mine)
     own = (r - 1) % n
     sent = send(src[bounds[own]:bounds[own + 1]])
     t.wait_received(head_ticket)
-    _check_head(theirs, mine, (r - 1) % n, what)
+    try:
+        _check_head(theirs, mine, (r - 1) % n, what)
+    except ValueError:
+        try:   # the right neighbour must get this header to report the mismatch too
+            t.wait_sent(head_sent)
+        except Exception:
+            pass   # it has left already
+        raise
     for i, (s, a, b) in enumerate(rs):
         t.wait_received(tickets[i])
         part = dst[a:b]
