@@ -196,8 +196,8 @@ class Member:
         self._buffers = coll.Buffers()   # memory of earlier results, reused
         self._link = link                 # byte streams to the ring neighbours
         # without links (tls: links are plain TCP) the streams are messages
-        left, right = (rank - 1) % world_size, (rank + 1) % world_size
-        self._messages = MessageStream(self._post, self._take, left, right) if link is None else None
+        self._stream: ringlink.Link | MessageStream = link if link is not None else MessageStream(
+            self._post, self._take, (rank - 1) % world_size, (rank + 1) % world_size)
         self._link_addresses: list[str | None] = table.get("links") or [None] * world_size
         self._hosts: list[str] = table.get("hosts") or [""] * world_size
         self._scratch: list[np.ndarray] = []
@@ -278,11 +278,13 @@ class Member:
                 self._inbox.check(rank)
             raise RingError(f"rank {self.rank} cannot connect its ring link: {exc}") from exc
 
-    def _wait_link(self, sent: bool, ticket: int) -> None:
-        link = self._link
-        peer = link.right if sent else link.left
+    def _wait_stream(self, sent: bool, ticket: int) -> None:
+        stream = self._stream
+        peer = stream.right if sent else stream.left
         try:
-            (link.wait_sent if sent else link.wait_received)(ticket, self._deadline)
+            (stream.wait_sent if sent else stream.wait_received)(ticket, self._deadline)
+        except RingTimeoutError:   # a message stream's own wait, already named
+            raise
         except ringlink.LinkLost:
             self._inbox.check(peer)   # the ring was aborted, or the peer told why it left
             raise RingError(f"rank {peer} left the ring (connection lost)", peer) from None
@@ -541,26 +543,16 @@ class _Transport:
         self._member = member
 
     def stream_send(self, data: np.ndarray) -> int:
-        member = self._member
-        return (member._link or member._messages).send(data)
+        return self._member._stream.send(data)
 
     def stream_receive(self, into: np.ndarray) -> int:
-        member = self._member
-        return (member._link or member._messages).receive(into)
+        return self._member._stream.receive(into)
 
     def wait_sent(self, ticket: int) -> None:
-        member = self._member
-        if member._link is None:
-            member._messages.wait_sent(ticket)
-        else:
-            member._wait_link(True, ticket)
+        self._member._wait_stream(True, ticket)
 
     def wait_received(self, ticket: int) -> None:
-        member = self._member
-        if member._link is None:
-            member._messages.wait_received(ticket)
-        else:
-            member._wait_link(False, ticket)
+        self._member._wait_stream(False, ticket)
 
     def scratch(self, count: int, nbytes: int) -> list[np.ndarray]:
         return self._member._scratch_buffers(count, nbytes)
