@@ -12,7 +12,7 @@ import pytest
 import fiberlite
 from fiberlite import hub, runtime
 from fiberlite.errors import AuthenticationError
-from fiberlite.wire import auth, codec
+from fiberlite.wire import auth, codec, tls
 from fiberlite.wire.client import Client
 from fiberlite.wire.server import Server
 from unpickle_trap import Trace
@@ -33,11 +33,6 @@ def echo_ref():
         def op_echo(self, request, value):
             request.reply(value)
     return hub.get_hub().register(Echo())
-
-
-def _host_port(address):
-    host, port = address[len("tcp://"):].rsplit(":", 1)
-    return host, int(port)
 
 
 def _assert_still_serving(ref):
@@ -100,7 +95,7 @@ def test_forged_proof_is_rejected(echo_ref, marker):
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 ])
 def test_raw_tcp_junk_and_truncated_frames_are_dropped(echo_ref, marker, junk):
-    with socket.create_connection(_host_port(echo_ref.address), timeout=5) as s:
+    with socket.create_connection(tls.host_port(echo_ref.address), timeout=5) as s:
         s.sendall(junk)
     _assert_still_serving(echo_ref)
 
