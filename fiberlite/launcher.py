@@ -65,13 +65,13 @@ class JobChannel(Servant):
 
 def describe_unpicklable(process: Any, exc: Exception) -> str:
     """Name the part of a Process that cannot be pickled."""
-    import cloudpickle
+    from .wire.codec import dumps_bytes
     parts = [("target", getattr(process, "_target", None))]
     parts += [(f"argument {i}", a) for i, a in enumerate(getattr(process, "_args", ()))]
     parts += [(f"keyword argument {k!r}", v) for k, v in getattr(process, "_kwargs", {}).items()]
     for label, value in parts:
         try:
-            cloudpickle.dumps(value)
+            dumps_bytes(value)
         except Exception:
             return f"{label} {value!r:.200}"
     return f"the Process object {process!r} (an attribute of your subclass?)"

@@ -16,10 +16,8 @@ import multiprocessing.connection as _stdlib
 import pickle
 from typing import Any
 
-import cloudpickle
-
 from .errors import AuthenticationError
-from .wire.codec import PROTOCOL
+from .wire.codec import dumps_bytes
 
 Address = Any  # (host, port) for TCP; a path for a Unix socket
 
@@ -33,7 +31,7 @@ class SocketConnection:
     # -- objects --------------------------------------------------------------------------
     def send(self, obj: Any) -> None:
         """Send a picklable object (functions and classes of ``__main__`` by value)."""
-        self._conn.send_bytes(cloudpickle.dumps(obj, protocol=PROTOCOL))
+        self._conn.send_bytes(dumps_bytes(obj))
 
     def recv(self) -> Any:
         """Return the next object sent by the other end (``EOFError`` once it is closed)."""

@@ -148,12 +148,12 @@ def pack_arguments(args: tuple, kwds: dict, method: str) -> Any:
     try:
         return pack((args, kwds))
     except Exception as exc:
-        import cloudpickle
+        from .wire.codec import dumps_bytes
         culprit = "an argument"
         for label, value in [(f"argument {i}", a) for i, a in enumerate(args)] + \
                 [(f"keyword argument {k!r}", v) for k, v in kwds.items()]:
             try:
-                cloudpickle.dumps(value)
+                dumps_bytes(value)
             except Exception:
                 culprit = f"{label} {_short(value)}"
                 break
@@ -166,11 +166,11 @@ def pack_items(items: Sequence, start: int, method: str) -> Any:
     try:
         return pack(items)
     except Exception as exc:
-        import cloudpickle
+        from .wire.codec import dumps_bytes
         culprit = f"one of the items {start}..{start + len(items) - 1}"
         for offset, item in enumerate(items):
             try:
-                cloudpickle.dumps(item)
+                dumps_bytes(item)
             except Exception:
                 culprit = f"item {start + offset} of the iterable, {_short(item)},"
                 break

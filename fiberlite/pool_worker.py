@@ -20,9 +20,7 @@ import types
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
-import cloudpickle
-
-from .wire.codec import OUT_OF_BAND_MIN, PROTOCOL, Payload, dumps
+from .wire.codec import OUT_OF_BAND_MIN, PROTOCOL, Payload, dumps, dumps_bytes
 
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
@@ -70,10 +68,10 @@ def unpack(data: Any) -> Any:
 def pack_failure(exc: BaseException, tb: str) -> bytes:
     """An exception raised by a task, with its formatted traceback."""
     try:
-        return cloudpickle.dumps((exc, tb), protocol=PROTOCOL)
+        return dumps_bytes((exc, tb))
     except Exception as error:
         substitute = MaybeEncodingError(repr(error), _short(exc))
-        return cloudpickle.dumps((substitute, tb), protocol=PROTOCOL)
+        return dumps_bytes((substitute, tb))
 
 
 def _short(obj: Any, limit: int = 200) -> str:
@@ -217,7 +215,7 @@ class _Worker:
             if failure is None:
                 value = next(it)
                 try:
-                    cloudpickle.dumps(value, protocol=PROTOCOL)
+                    dumps_bytes(value)
                 except Exception as exc:
                     error = MaybeEncodingError(repr(exc), _short(value))
                     failure = pack_failure(error, "Traceback: the result could not be pickled\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import traceback
 
 import cloudpickle
 import pytest
@@ -158,3 +159,26 @@ def test_pool_returns_large_bytes_and_bytearrays():
         assert all(type(r) is bytearray for r in arrays)
         assert pool.apply(make_bytes, (7,)) == make_bytes(7)
     pool.join()
+
+
+def load_script(path, text: str) -> dict:
+    """Run ``text`` as the file ``path`` in a module nobody can import: its functions
+    are pickled by value, as those of a user's ``__main__``."""
+    path.write_text(text)
+    namespace = {"__name__": "a_script_nobody_can_import"}
+    exec(compile(text, str(path), "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("pickled", [codec.dumps_bytes, lambda f: Payload.pack(f)])
+def test_functions_pickled_by_value_keep_their_file_name(tmp_path, pickled):
+    script = tmp_path / "user_script.py"
+    outer = load_script(script, "def outer(x):\n    def inner():\n        return 1 / x\n    return inner()\n")["outer"]
+    data = pickled(outer)
+    loaded = data.unpack() if isinstance(data, Payload) else pickle.loads(data)
+    assert loaded is not outer and loaded.__code__.co_filename == str(script)
+    with pytest.raises(ZeroDivisionError) as info:
+        loaded(0)
+    frames = traceback.extract_tb(info.value.__traceback__)[-2:]
+    assert [f.filename for f in frames] == [str(script)] * 2  # nested code too
+    assert frames[-1].line == "return 1 / x"

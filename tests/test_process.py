@@ -59,6 +59,21 @@ def test_uncaught_exception_prints_traceback_and_exitcode_1(capfd):
     assert "ValueError: boom from the child" in err and "Traceback" in err
 
 
+def test_traceback_of_a_function_sent_by_value_names_its_file(tmp_path, capfd):
+    script = tmp_path / "user_script.py"
+    text = "def fails():\n    raise KeyError('from the script')\n"
+    script.write_text(text)
+    namespace = {"__name__": "a_script_nobody_can_import"}
+    exec(compile(text, str(script), "exec"), namespace)
+    p = fiberlite.Process(target=namespace["fails"])
+    p.start()
+    p.join()
+    assert p.exitcode == 1
+    err = capfd.readouterr().err
+    assert f'File "{script}", line 2, in fails' in err
+    assert "raise KeyError('from the script')" in err
+
+
 def test_subclass_run_and_lambda_target():
     q = fiberlite.Queue()
     c = jobs.Counter(q, 10)

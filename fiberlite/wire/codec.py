@@ -11,6 +11,8 @@ from __future__ import annotations
 import io
 import pickle
 import struct
+import types
+from collections import ChainMap
 from typing import Any
 
 import cloudpickle
@@ -92,6 +94,37 @@ class Payload:
                            *[pickle.PickleBuffer(b) for b in self.buffers]))
 
 
+_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table[types.CodeType]
+_ANONYMOUS_FILE = "<dynamic-code>"
+
+
+def _reduce_code(code: types.CodeType) -> tuple:
+    """cloudpickle's reduction of a code object, keeping the code's file name.
+
+    cloudpickle 3.1.3 and later write ``<dynamic-code>`` in its place, so a job's
+    traceback would name no file and show no source line of the user's script."""
+    rebuild, args = _CLOUDPICKLE_CODE_REDUCE(code)
+    if code.co_filename != _ANONYMOUS_FILE and _ANONYMOUS_FILE in args:
+        args = list(args)
+        args[args.index(_ANONYMOUS_FILE)] = code.co_filename  # the first str field
+        args = tuple(args)
+    return rebuild, args
+
+
+class Pickler(cloudpickle.Pickler):
+    """cloudpickle's Pickler (functions and classes of ``__main__`` by value) whose
+    functions keep the name of the file they were defined in."""
+
+    dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.Pickler.dispatch_table)
+
+
+def dumps_bytes(obj: Any) -> bytes:
+    """Pickle ``obj`` in band with :class:`Pickler` (as ``cloudpickle.dumps``)."""
+    file = io.BytesIO()
+    Pickler(file, protocol=PROTOCOL).dump(obj)
+    return file.getvalue()
+
+
 class _InBand(Exception):
     """The fast pass met a large ``bytes`` or ``bytearray``: pickle again with :class:`_Pickler`."""
 
@@ -128,8 +161,8 @@ class _Parts:
         return False
 
 
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle's Pickler that saves every ``bytes`` and ``bytearray`` of
+class _Pickler(Pickler):
+    """A :class:`Pickler` that saves every ``bytes`` and ``bytearray`` of
     :data:`OUT_OF_BAND_MIN` bytes or more as an out-of-band buffer (pickle puts them in
     the stream whatever their size, and never asks ``reducer_override`` about them).
 
@@ -180,7 +213,7 @@ def dumps(obj: Any) -> tuple[bytes, list]:
     buffers: list = []
     out = _Parts()
     try:
-        cloudpickle.Pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(obj)
+        Pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(obj)
     except _InBand:
         buffers = []
         file = io.BytesIO()
