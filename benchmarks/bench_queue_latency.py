@@ -4,6 +4,9 @@ The parent sends a small message, the child sends it back, N times. Rows:
 
 - ``pynng Pair0`` (the reference) and ``pynng Req0/Rep0``: raw nng sockets over TCP on
   loopback, the transport fiberlite uses, bytes in and out (no pickling);
+- ``pynng Pair0, fiberlite frames``: the same socket carrying fiberlite's frames (the
+  object pickled, wrapped in an envelope, decoded and unpickled on each side): two
+  messages per round trip, the floor of a direct channel between the two processes;
 - ``mp Queue`` / ``mp Pipe``: ``multiprocessing`` with the spawn start method
   (two queues, one each way; one duplex pipe);
 - ``fiberlite Queue`` / ``fiberlite Pipe``: the same with fiberlite jobs;
@@ -36,6 +39,22 @@ def pynng_echo(kind: str, address: str) -> None:
             message = sock.recv()
             sock.send(message)
             if message == PYNNG_STOP:
+                break
+    finally:
+        sock.close()
+
+
+def framed_echo(address: str) -> None:
+    import pynng
+    from fiberlite.wire import codec
+    from fiberlite.wire.codec import Payload
+    sock = pynng.Pair0()
+    sock.dial(address, block=True)
+    try:
+        while True:
+            item = codec.decode(sock.recv())[1].unpack()
+            sock.send(codec.encode((True, Payload.pack(item))))
+            if item is STOP:
                 break
     finally:
         sock.close()
@@ -86,6 +105,29 @@ def measure_pynng(ctx: Any, kind: str, message: bytes, sizes: dict):
         sock.close()
 
 
+def measure_framed(ctx: Any, message: Any, sizes: dict):
+    import pynng
+    from fiberlite.wire import codec
+    from fiberlite.wire.codec import Payload
+    sock = pynng.Pair0()
+    sock.listen("tcp://127.0.0.1:0")
+    child = ctx.Process(target=framed_echo, args=("tcp://" + str(sock.listeners[0].local_address),))
+    child.start()
+
+    def send(item: Any) -> None:
+        sock.send(codec.encode((1, Payload.pack(item))))
+
+    def recv() -> Any:
+        return codec.decode(sock.recv())[1].unpack()
+    try:
+        return ping_pong(send, recv, message, **sizes)
+    finally:
+        send(STOP)
+        recv()
+        child.join()
+        sock.close()
+
+
 def measure_queues(ctx: Any, message: Any, sizes: dict):
     inbox, outbox = ctx.Queue(), ctx.Queue()
     child = ctx.Process(target=queue_echo, args=(inbox, outbox))
@@ -126,6 +168,7 @@ def main() -> None:
     rows: list[tuple[str, Callable[[], Any]]] = [
         ("pynng Pair0", lambda: measure_pynng(spawn, "pair", message, sizes)),
         ("pynng Req0/Rep0", lambda: measure_pynng(spawn, "req", message, sizes)),
+        ("pynng Pair0, fiberlite frames", lambda: measure_framed(spawn, message, sizes)),
         ("mp Queue (spawn)", lambda: measure_queues(spawn, message, sizes)),
         ("mp Pipe (spawn)", lambda: measure_pipe(spawn, message, sizes)),
         ("fiberlite Queue", lambda: measure_queues(fiberlite, message, sizes)),
