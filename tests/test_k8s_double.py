@@ -126,6 +126,30 @@ def test_log_follow_and_tail(v1):
     assert v1.read_namespaced_pod_log("counter", NS, tail_lines=2) == "3\n4\n"
 
 
+def test_log_follow_sends_lines_written_before_its_first_chunk():
+    """A follow opened before the container printed anything must still send the line
+    written between the request and the stream's first chunk (it once skipped it)."""
+    import threading
+    from types import SimpleNamespace
+
+    from k8s_double.logs import read_log
+    from k8s_double.runner import LogBuffer
+    from k8s_double.wire import Request
+
+    pod_object = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
+    store = SimpleNamespace(cond=threading.Condition(), closed=False,
+                            get=lambda kind, ns, name: pod_object)
+    buf = LogBuffer()
+    run = SimpleNamespace(logs={"c": [buf]}, gone=False)
+    api = SimpleNamespace(store=store, kubelet=SimpleNamespace(runs={(NS, "p"): run}))
+    stream = read_log(api, Request("GET", "", None, {"follow": "true"}), NS, "p").body
+    buf.write(b"0\n")            # after the request, before the first chunk is taken
+    first = next(stream)
+    buf.write(b"1\n")
+    buf.close()
+    assert first + b"".join(stream) == b"0\n1\n"
+
+
 def test_secret_values_reach_the_process_env(v1):
     v1.create_namespaced_secret(NS, client.V1Secret(
         metadata=client.V1ObjectMeta(name="key"), string_data={"token": "s3cret"}))

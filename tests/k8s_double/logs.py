@@ -35,14 +35,15 @@ def read_log(api, req: Request, ns: str, name: str) -> Response:
             buf = buffers[-1]
         else:
             raise bad_request(_not_started(pod, container))
+        covered = len(buf.lines)  # a follow goes on from here, whatever is written meanwhile
     since = float(q["sinceSeconds"]) if q.get("sinceSeconds") else None
-    lines = [ln for ln in buf.lines if since is None or ln[0] >= time.time() - since]
+    lines = [ln for ln in buf.lines[:covered] if since is None or ln[0] >= time.time() - since]
     if q.get("tailLines"):
         lines = lines[len(lines) - min(len(lines), int(q["tailLines"])):]
     render = _renderer(is_true(q.get("timestamps")), q.get("limitBytes"))
     if not is_true(q.get("follow")):
         return Response(200, b"".join(render(lines)).decode(errors="replace"), "text/plain")
-    return Response(200, _follow(api, buf, run, lines, render), "text/plain")
+    return Response(200, _follow(api, buf, run, lines, render, covered), "text/plain")
 
 
 def _not_started(pod: dict, container: str) -> str:
@@ -57,9 +58,10 @@ def _not_started(pod: dict, container: str) -> str:
     return f'container "{container}" in pod "{name}" is waiting to start: {reason}'
 
 
-def _follow(api, buf, run, lines, render) -> Iterator[bytes]:
+def _follow(api, buf, run, lines, render, seen: int) -> Iterator[bytes]:
+    """``lines`` first (the first ``seen`` lines of ``buf``, filtered), then each line
+    written after them, until the container's log closes."""
     yield b"".join(render(lines))
-    seen = len(buf.lines)
     while True:
         with api.store.cond:
             new = buf.lines[seen:]
