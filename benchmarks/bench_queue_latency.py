@@ -30,31 +30,31 @@ PYNNG_STOP = b"\x00"  # the echoed message is never this
 
 
 # -- children (module level: the spawn start method imports them by name) ------------------
-def pynng_echo(kind: str, address: str) -> None:
+def pynng_ends(kind: str, parent: bool) -> tuple[Any, Callable[[Any], None], Callable[[], Any]]:
+    """The parent's or the child's socket of a ``kind`` row with its send and receive:
+    ``pair`` and ``req`` move raw bytes (the socket's own calls, nothing in between),
+    ``framed`` moves fiberlite's frames."""
     import pynng
-    sock = pynng.Pair0() if kind == "pair" else pynng.Rep0()
-    sock.dial(address, block=True)
-    try:
-        while True:
-            message = sock.recv()
-            sock.send(message)
-            if message == PYNNG_STOP:
-                break
-    finally:
-        sock.close()
-
-
-def framed_echo(address: str) -> None:
-    import pynng
+    if kind == "req":
+        sock = pynng.Req0(resend_time=-1) if parent else pynng.Rep0()
+    else:
+        sock = pynng.Pair0()
+    if kind != "framed":
+        return sock, sock.send, sock.recv
     from fiberlite.wire import codec
     from fiberlite.wire.codec import Payload
-    sock = pynng.Pair0()
+    return (sock, lambda item: sock.send(codec.encode((True, Payload.pack(item)))),
+            lambda: codec.decode(sock.recv())[1].unpack())
+
+
+def pynng_echo(kind: str, address: str) -> None:
+    sock, send, recv = pynng_ends(kind, parent=False)
     sock.dial(address, block=True)
     try:
         while True:
-            item = codec.decode(sock.recv())[1].unpack()
-            sock.send(codec.encode((True, Payload.pack(item))))
-            if item is STOP:
+            message = recv()
+            send(message)
+            if message == PYNNG_STOP:
                 break
     finally:
         sock.close()
@@ -90,39 +90,15 @@ def ping_pong(send: Callable[[Any], None], recv: Callable[[], Any], message: Any
 
 
 def measure_pynng(ctx: Any, kind: str, message: bytes, sizes: dict):
-    import pynng
-    sock = pynng.Pair0() if kind == "pair" else pynng.Req0(resend_time=-1)
+    sock, send, recv = pynng_ends(kind, parent=True)
     sock.listen("tcp://127.0.0.1:0")
     address = str(sock.listeners[0].local_address)
     child = ctx.Process(target=pynng_echo, args=(kind, "tcp://" + address))
     child.start()
     try:
-        return ping_pong(sock.send, sock.recv, message, **sizes)
-    finally:
-        sock.send(PYNNG_STOP)
-        sock.recv()
-        child.join()
-        sock.close()
-
-
-def measure_framed(ctx: Any, message: Any, sizes: dict):
-    import pynng
-    from fiberlite.wire import codec
-    from fiberlite.wire.codec import Payload
-    sock = pynng.Pair0()
-    sock.listen("tcp://127.0.0.1:0")
-    child = ctx.Process(target=framed_echo, args=("tcp://" + str(sock.listeners[0].local_address),))
-    child.start()
-
-    def send(item: Any) -> None:
-        sock.send(codec.encode((1, Payload.pack(item))))
-
-    def recv() -> Any:
-        return codec.decode(sock.recv())[1].unpack()
-    try:
         return ping_pong(send, recv, message, **sizes)
     finally:
-        send(STOP)
+        send(PYNNG_STOP)
         recv()
         child.join()
         sock.close()
@@ -168,7 +144,7 @@ def main() -> None:
     rows: list[tuple[str, Callable[[], Any]]] = [
         ("pynng Pair0", lambda: measure_pynng(spawn, "pair", message, sizes)),
         ("pynng Req0/Rep0", lambda: measure_pynng(spawn, "req", message, sizes)),
-        ("pynng Pair0, fiberlite frames", lambda: measure_framed(spawn, message, sizes)),
+        ("pynng Pair0, fiberlite frames", lambda: measure_pynng(spawn, "framed", message, sizes)),
         ("mp Queue (spawn)", lambda: measure_queues(spawn, message, sizes)),
         ("mp Pipe (spawn)", lambda: measure_pipe(spawn, message, sizes)),
         ("fiberlite Queue", lambda: measure_queues(fiberlite, message, sizes)),

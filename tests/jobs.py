@@ -9,6 +9,15 @@ import time
 import fiberlite
 
 
+def load_script(path, text: str) -> dict:
+    """Run ``text`` as the file ``path`` in a module nobody can import: its functions
+    are pickled by value, as those of a user's ``__main__``."""
+    path.write_text(text)
+    namespace = {"__name__": "a_script_nobody_can_import"}
+    exec(compile(text, str(path), "exec"), namespace)
+    return namespace
+
+
 def noop() -> None:
     pass
 

@@ -10,6 +10,8 @@ import traceback
 import cloudpickle
 import pytest
 
+import jobs
+
 from fiberlite.pool import Pool
 from fiberlite.pool_worker import pack, unpack
 from fiberlite.wire import codec
@@ -161,19 +163,10 @@ def test_pool_returns_large_bytes_and_bytearrays():
     pool.join()
 
 
-def load_script(path, text: str) -> dict:
-    """Run ``text`` as the file ``path`` in a module nobody can import: its functions
-    are pickled by value, as those of a user's ``__main__``."""
-    path.write_text(text)
-    namespace = {"__name__": "a_script_nobody_can_import"}
-    exec(compile(text, str(path), "exec"), namespace)
-    return namespace
-
-
 @pytest.mark.parametrize("pickled", [codec.dumps_bytes, lambda f: Payload.pack(f)])
 def test_functions_pickled_by_value_keep_their_file_name(tmp_path, pickled):
     script = tmp_path / "user_script.py"
-    outer = load_script(script, "def outer(x):\n    def inner():\n        return 1 / x\n    return inner()\n")["outer"]
+    outer = jobs.load_script(script, "def outer(x):\n    def inner():\n        return 1 / x\n    return inner()\n")["outer"]
     data = pickled(outer)
     loaded = data.unpack() if isinstance(data, Payload) else pickle.loads(data)
     assert loaded is not outer and loaded.__code__.co_filename == str(script)

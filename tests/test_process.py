@@ -61,11 +61,8 @@ def test_uncaught_exception_prints_traceback_and_exitcode_1(capfd):
 
 def test_traceback_of_a_function_sent_by_value_names_its_file(tmp_path, capfd):
     script = tmp_path / "user_script.py"
-    text = "def fails():\n    raise KeyError('from the script')\n"
-    script.write_text(text)
-    namespace = {"__name__": "a_script_nobody_can_import"}
-    exec(compile(text, str(script), "exec"), namespace)
-    p = fiberlite.Process(target=namespace["fails"])
+    fails = jobs.load_script(script, "def fails():\n    raise KeyError('from the script')\n")["fails"]
+    p = fiberlite.Process(target=fails)
     p.start()
     p.join()
     assert p.exitcode == 1
