@@ -21,7 +21,10 @@ SCRIPT = textwrap.dedent("""
     import os, sys, fiberlite
 
     def square(q, x):
-        print("child", x, flush=True)
+        # one write per line: with PYTHONUNBUFFERED, print() writes its pieces one by
+        # one and two children's lines can interleave
+        sys.stdout.write(f"child {x}\\n")
+        sys.stdout.flush()
         q.put(x * x)
 
     if __name__ == "__main__":
