@@ -53,9 +53,9 @@ def pynng_echo(kind: str, address: str) -> None:
     try:
         while True:
             message = recv()
-            send(message)
-            if message == PYNNG_STOP:
+            if message == PYNNG_STOP:  # no reply: closing right after one can cut it off
                 break
+            send(message)
     finally:
         sock.close()
 
@@ -99,7 +99,6 @@ def measure_pynng(ctx: Any, kind: str, message: bytes, sizes: dict):
         return ping_pong(send, recv, message, **sizes)
     finally:
         send(PYNNG_STOP)
-        recv()
         child.join()
         sock.close()
 
