@@ -175,3 +175,29 @@ def test_functions_pickled_by_value_keep_their_file_name(tmp_path, pickled):
     frames = traceback.extract_tb(info.value.__traceback__)[-2:]
     assert [f.filename for f in frames] == [str(script)] * 2  # nested code too
     assert frames[-1].line == "return 1 / x"
+
+
+@pytest.mark.parametrize("envelope", [
+    lambda p: (True, p),                       # a reply carrying an item
+    lambda p: (7, "send", (1, p)),             # a call with the item among its arguments
+    lambda p: (3, "put", (p, True, None)),
+])
+@pytest.mark.parametrize("payload", [Payload.pack({"small": [1, 2]}), Payload.raw(b"raw bytes")])
+def test_a_small_payload_rides_after_its_envelope_as_its_own_bytes(envelope, payload):
+    message = envelope(payload)
+    frame = codec.encode(message, codec.NO_REPLY)
+    assert codec.flags_of(frame) == codec.NO_REPLY
+    assert frame.endswith(payload.data)  # the item's pickle as it is: never pickled twice
+    loaded = codec.decode(frame)
+    flat = [x for part in loaded for x in (part if type(part) is tuple else (part,))]
+    got = next(x for x in flat if type(x) is Payload)
+    assert got.is_raw == payload.is_raw and got.as_bytes() == payload.as_bytes()
+    assert [x for x in flat if type(x) is not Payload] == \
+        [x for part in message for x in (part if type(part) is tuple else (part,)) if type(x) is not Payload]
+
+
+def test_a_payload_with_buffers_is_not_inlined():
+    payload = Payload.pack(b"x" * OUT_OF_BAND_MIN)
+    frame = codec.encode((True, payload))
+    assert type(frame) is not bytes  # one nng message with the buffer out of band
+    assert codec.decode(codec.frame_from_message(frame))[1].unpack() == b"x" * OUT_OF_BAND_MIN

@@ -25,6 +25,10 @@ NO_REPLY = 1 << 31  # a one-way request: the server sends no reply
 SYNC = 1 << 30      # answered once every earlier request of the connection is handled
 PING = 1 << 29      # answered at once by the server's receiving thread (is it there?)
 _FLAGS = NO_REPLY | SYNC | PING
+INLINE = 1 << 28    # the frame carries one small Payload after the envelope, as its bytes
+_INLINE_HEAD = struct.Struct("<IBBB")  # envelope length, payload's place (2 indexes), raw
+_TOP = 255  # second index of a payload that is an item of the envelope itself
+INLINE_MAX = 64 * 1024
 _LENGTH = struct.Struct("<Q")
 PROTOCOL = 5
 _PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
@@ -241,9 +245,66 @@ def _rebuild_raw(data) -> Payload:
     return Payload.raw(data)
 
 
+def _inline_place(obj: Any) -> tuple[int, int] | None:
+    """Where ``obj`` (an envelope tuple) holds a small :class:`Payload` without buffers:
+    ``(i, _TOP)`` for ``obj[i]``, ``(i, j)`` for ``obj[i][j]``; None if it holds none."""
+    for i, item in enumerate(obj):
+        kind = type(item)
+        if kind is Payload:
+            return (i, _TOP) if _inlinable(item) else None
+        if kind is tuple:
+            for j, inner in enumerate(item):
+                if type(inner) is Payload:
+                    return (i, j) if _inlinable(inner) else None
+    return None
+
+
+def _inlinable(payload: Payload) -> bool:
+    return not payload.buffers and len(payload.data) < INLINE_MAX
+
+
+def _encode_inline(obj: tuple, place: tuple[int, int], flags: int) -> bytes:
+    """The envelope pickled without its payload, then the payload's own bytes: loading
+    it costs no lookup of a global, and the payload is never pickled twice."""
+    i, j = place
+    if j == _TOP:
+        payload = obj[i]
+        head = obj[:i] + (None,) + obj[i + 1:]
+    else:
+        inner = obj[i]
+        payload = inner[j]
+        head = obj[:i] + (inner[:j] + (None,) + inner[j + 1:],) + obj[i + 1:]
+    envelope = pickle.dumps(head, protocol=PROTOCOL)
+    return (_COUNT.pack(flags | INLINE) + _INLINE_HEAD.pack(len(envelope), i, j, payload.buffers is None)
+            + envelope + payload.data)
+
+
+_INLINE_START = _COUNT.size + _INLINE_HEAD.size
+
+
+def _decode_inline(frame: Any) -> Any:
+    size, i, j, raw = _INLINE_HEAD.unpack_from(frame, _COUNT.size)
+    end = _INLINE_START + size
+    head = pickle.loads(frame[_INLINE_START:end])
+    payload = Payload.__new__(Payload)
+    payload.data = bytes(frame[end:])
+    payload.buffers = None if raw else []
+    if j == _TOP:
+        return head[:i] + (payload,) + head[i + 1:]
+    inner = head[i]
+    return head[:i] + (inner[:j] + (payload,) + inner[j + 1:],) + head[i + 1:]
+
+
 def encode(obj: Any, flags: int = 0) -> bytes | Message:
     """Frame ``obj``: bytes when it has no out-of-band buffers, else an nng message
-    assembled with a single copy of every buffer. ``flags``: :data:`NO_REPLY`, :data:`SYNC`, :data:`PING`."""
+    assembled with a single copy of every buffer. ``flags``: :data:`NO_REPLY`, :data:`SYNC`, :data:`PING`.
+
+    An envelope (a tuple) carrying a small :class:`Payload` sends it as its bytes
+    after the envelope (:data:`INLINE`)."""
+    if type(obj) is tuple:
+        place = _inline_place(obj)
+        if place is not None:
+            return _encode_inline(obj, place, flags)
     buffers: list = []
     main = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=buffers.append)
     if not buffers:
@@ -271,8 +332,10 @@ def flags_of(frame) -> int:
 def decode(frame) -> Any:
     """Load a frame produced by :func:`encode` (``frame`` a bytes-like object;
     out-of-band buffers are views into it)."""
+    (count,) = _COUNT.unpack_from(frame, 0)
+    if count & INLINE:
+        return _decode_inline(frame)
     view = memoryview(frame)
-    (count,) = _COUNT.unpack_from(view, 0)
     count &= ~_FLAGS
     if count == 0:
         return pickle.loads(view[4:])
