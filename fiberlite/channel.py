@@ -42,6 +42,7 @@ class Channel:
         self.putters: collections.deque[Waiter] = collections.deque()
         self.writers_gone = False
         self.readers_gone = False
+        self.held = False  # getters wait even if there are items (a link hands items back)
         self.enqueued = 0  # items that ever entered the channel (JoinableQueue counts these)
 
     def full(self) -> bool:
@@ -70,7 +71,7 @@ class Channel:
     def get(self, request: Any, block: bool, timeout: float | None, schedule: Callable,
             peek: bool = False) -> list[Action]:
         actions: list[Action] = []
-        if self.items or self.writers_gone:
+        if (self.items or self.writers_gone) and not self.held:
             self.getters.append(Waiter(request, peek=peek))
             self._serve_getters(actions)
             return actions
@@ -83,7 +84,27 @@ class Channel:
             waiter.timer = schedule(timeout, waiter, self.getters, None if peek else queue.Empty)
         return actions
 
+    def extend(self, items: list) -> list[Action]:
+        """Add ``items`` (sent earlier, over a link) as if they were put now."""
+        if self.readers_gone:
+            return []
+        self.items.extend(items)
+        self.enqueued += len(items)
+        actions: list[Action] = []
+        self._serve_getters(actions)
+        return actions
+
+    def release(self, items: list) -> list[Action]:
+        """End :attr:`held`: ``items`` (handed back) go first, then waiting getters are served."""
+        self.held = False
+        self.items.extendleft(reversed(items))
+        actions: list[Action] = []
+        self._serve_getters(actions)
+        return actions
+
     def _serve_getters(self, actions: list[Action]) -> None:
+        if self.held:
+            return
         while self.getters and (self.items or self.writers_gone):
             waiter = self.getters.popleft()
             if waiter.done:
@@ -126,6 +147,14 @@ class Channel:
                 waiter.finish()
                 actions.append(lambda r=waiter.request: r.fail(BrokenPipeError(32, "the other end of the pipe is closed")))
         return actions
+
+    def take_getters(self, which: Callable[[Any], bool]) -> list:
+        """Remove the waiting getters whose request ``which`` accepts; their requests."""
+        taken = [w for w in self.getters if not w.done and which(w.request)]
+        for waiter in taken:
+            waiter.finish()
+            self.getters.remove(waiter)
+        return [w.request for w in taken]
 
     def drop_peer(self, peer: int) -> None:
         """Forget the waiting requests of a peer whose connection ended."""

@@ -5,7 +5,8 @@ from its own channel and writes into the other's. The pipe knows which processes
 each end (a Connection closes when it is collected, as in ``multiprocessing``); once
 every holder of one end has closed it (or exited), the other end reads what is left
 and then gets ``EOFError``, and writing to it raises ``BrokenPipeError``. When neither
-end is held any more, the pipe leaves its hub.
+end is held any more, the pipe leaves its hub. An end read by one other job alone is
+linked to it (:mod:`fiberlite.pipelink`): what is sent to it goes straight to that job.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from . import pipelink
 from .channel import Channel
 from .handles import job_exports
 from .errors import BufferTooShort
@@ -41,25 +43,212 @@ class PipeServant(LockedServant):
         self.pending: tuple[set[bytes], set[bytes]] = (set(), set())
         # wait() calls to tell when an end becomes readable: end -> {token: readiness ref}
         self.watchers: tuple[dict, dict] = ({}, {})
+        # end -> the link of a job that reads it alone (fiberlite.pipelink)
+        self.links: list[pipelink.Forwarder | None] = [None, None]
+        self.never_link = [False, not duplex]  # an end whose link ended is not linked again
         if not duplex:  # end 0 only reads, end 1 only writes
             self.inbox[1].close_writers()
 
     def op_send(self, request, end: int, payload: Payload) -> None:
+        target = 1 - end
         with self._lock:
-            actions = self.inbox[1 - end].put(request, payload, True, None, self.schedule_expiry)
-            if self.watchers[1 - end]:
-                actions += self._wake(1 - end)
+            # another writer than the linked job (which sends over its link): through the hub
+            actions = self._unlink(end) if self.links[end] is not None else []
+            link = self.links[target]
+            if link is not None and link.state == pipelink.LINKED and not self.inbox[target].readers_gone:
+                if link.forward(pipelink.item_frame(payload)):
+                    actions.append(request.reply)
+                else:  # the reader leaves it unread until the link is full: back to the hub
+                    actions += self._unlink(target)
+                    actions += self.inbox[target].put(request, payload, True, None, self.schedule_expiry)
+            else:
+                actions += self.inbox[target].put(request, payload, True, None, self.schedule_expiry)
+                if self.watchers[target]:
+                    actions += self._wake(target)
         self.run_actions(actions)
+
+    def forward_linked(self, end: int, payload: Payload) -> bool:
+        """A send from this process into the end linked to a job, straight over the link;
+        False: send as usual (no link, or it cannot take it now)."""
+        target = 1 - end
+        with self._lock:
+            link = self.links[target]
+            if (link is None or link.state != pipelink.LINKED or self.links[end] is not None
+                    or self.inbox[target].readers_gone):
+                return False
+            if not link.forward(pipelink.item_frame(payload)):
+                return False
+            self.inbox[target].enqueued += 1
+            return True
+
+    # -- links (fiberlite.pipelink) -----------------------------------------------------------
+    def op_link(self, request, end: int, address: str, mailbox: ObjectRef, token: int) -> None:
+        """The job of ``request`` reads ``end`` and listens at ``address``: link the end to
+        it if it is the end's only reader; the reply says whether."""
+        with self._lock:
+            agreed = self._may_link(end, request.peer)
+            if agreed:
+                forwarder = pipelink.Forwarder(request.peer, mailbox, token)
+                self.links[end] = forwarder
+        request.reply(agreed)
+        if agreed:
+            threading.Thread(target=self._connect_link, args=(end, forwarder, address),
+                             daemon=True, name="fiberlite-link").start()
+
+    def _may_link(self, end: int, peer: int) -> bool:
+        inbox = self.inbox[end]
+        allowed = {peer, LOCAL_PEER}
+        return (peer != LOCAL_PEER and self.links[end] is None and not self.never_link[end]
+                and not inbox.readers_gone and not inbox.held
+                and set(self.holders[end]) <= allowed and set(self.holders[1 - end]) <= allowed
+                and not self.pending[end] and not self.watchers[end]
+                and not any(not w.done for w in inbox.getters)
+                and not any(not w.done and w.request.peer != LOCAL_PEER
+                            for w in self.inbox[1 - end].getters))
+
+    def _connect_link(self, end: int, forwarder: pipelink.Forwarder, address: str) -> None:
+        from . import runtime
+        try:
+            link = pipelink.Link.dial(address, runtime.key())
+        except Exception:
+            link = None
+        with self._lock:
+            if self.links[end] is not forwarder or link is None:
+                if self.links[end] is forwarder:
+                    self.links[end] = None
+                    self.never_link[end] = True
+                if link is not None:
+                    link.close()
+                return
+            if not link.send(pipelink.READY_FRAME):
+                self.links[end] = None
+                self.never_link[end] = True
+                link.close()
+                return
+            forwarder.connected(link)
+            # this process's reads of the other end that wait in the pipe read the link now
+            retry = self.inbox[1 - end].take_getters(lambda r: r.peer == LOCAL_PEER)
+            inbox = self.inbox[end]
+            while inbox.items and forwarder.forward(pipelink.item_frame(inbox.items[0])):
+                inbox.items.popleft()
+            if inbox.items:  # full already (a reader that stopped reading): back to the hub
+                actions = self._unlink(end)
+            else:
+                actions = self._forward_eof(end)
+            actions += [lambda r=request: r.reply(pipelink.RETRY) for request in retry]
+        link.on_lost(lambda: self._link_lost(end, forwarder))
+        self.run_actions(actions)
+
+    def _forward_eof(self, end: int) -> list:
+        """Tell a linked reader of ``end`` that its writers are gone, after what they sent."""
+        link = self.links[end]
+        if link is not None and link.state == pipelink.LINKED and self.inbox[end].writers_gone:
+            if not link.forward(pipelink.EOF_FRAME):
+                return self._unlink(end)
+        return []
+
+    def _unlink(self, end: int) -> list:
+        """Stop forwarding to ``end``'s reader and ask it for what it has not read; its other
+        readers wait until that is back (``relinquish``). The lock is held."""
+        link = self.links[end]
+        if link is None or link.state == pipelink.UNLINKING:
+            return []
+        if link.state == pipelink.LINKING:  # not linked yet: the link is dropped when made
+            self.links[end] = None
+            self.never_link[end] = True
+            return []
+        link.state = pipelink.UNLINKING
+        self.inbox[end].held = True
+
+        def ask() -> None:
+            try:
+                link.ask_back()
+            except (ConnectionError, ReferenceError):
+                self._link_lost(end, link)  # the reader has gone
+        return [ask]
+
+    def op_unlink(self, request, end: int, token: int) -> None:
+        """The linked reader of ``end`` asks to read through the hub again; the reply says
+        whether it will be asked for what it has not read (else its link is gone here)."""
+        with self._lock:
+            link = self.links[end]
+            asked = link is not None and link.token == token and link.state != pipelink.LINKING
+            actions = self._unlink(end)
+        request.reply(asked)
+        self.run_actions(actions)
+
+    def op_relinquish(self, request, end: int, token: int, unread: list) -> None:
+        """What a linked reader had received and not consumed, to be read first; what it
+        sent over the link before its :data:`~fiberlite.pipelink.END` is taken from the link."""
+        with self._lock:
+            link = self.links[end]
+            if link is None or link.token != token:
+                link = None
+        if link is not None:
+            self._take_link(end, link, unread, until_end=True)
+        request.reply()
+
+    def _link_lost(self, end: int, link: pipelink.Forwarder) -> None:
+        """The reader's connection ended: what it was sent and did not read is gone;
+        what it sent and had arrived is read."""
+        self._take_link(end, link, [], until_end=False)
+
+    def _take_link(self, end: int, link: pipelink.Forwarder, unread: list, until_end: bool) -> None:
+        with link.take_lock:  # one taker; a second one finds it done
+            if link.taken:
+                return
+            sent = link.take_sent(until_end)  # waits for the frames still on their way
+            with self._lock:
+                if self.links[end] is not link:
+                    return
+                actions = self._end_link(end, link, unread) + self.inbox[1 - end].extend(sent)
+                if self.watchers[1 - end]:
+                    actions += self._wake(1 - end)
+        self.run_actions(actions)
+
+    # -- reading this process's end over a link ---------------------------------------------
+    def receive_linked(self, end: int, timeout: float | None = None, peek: bool = False) -> Any:
+        """Read ``end`` in this process from the link of the job that writes into it:
+        a Payload (or with ``peek`` True), False after ``timeout``; None: read through
+        the pipe instead (no link, or something to read there first)."""
+        link = self.links[1 - end]
+        if link is None or link.state != pipelink.LINKED or self.inbox[end].items:
+            return None
+        reading = link.reading
+        with reading.lock:
+            try:
+                item = reading.next(timeout)
+            except pipelink.Unlinked:
+                return None
+            if item is None:
+                return False
+            if item is pipelink.END:
+                return None  # the link is ending: what it carried will be in the pipe
+            if peek:
+                return True
+            reading.pending.popleft()
+            return item
+
+    def _end_link(self, end: int, link: pipelink.Forwarder, unread: list) -> list:
+        self.links[end] = None
+        self.never_link[end] = True
+        self.inbox[end].enqueued -= len(unread)
+        actions = self.inbox[end].release(unread)
+        if self.watchers[end]:
+            actions += self._wake(end)
+        return actions + [link.close]
 
     def op_watch(self, request, end: int, token: tuple, readiness: ObjectRef) -> None:
         """Tell ``readiness`` once ``end`` has something to read (or EOF); the reply says
         whether it has already."""
         with self._lock:
+            actions = self._unlink(end) + self._unlink(1 - end)  # readiness comes from the pipe
             inbox = self.inbox[end]
-            ready = bool(inbox.items) or inbox.writers_gone
+            ready = (bool(inbox.items) or inbox.writers_gone) and not inbox.held
             if not ready:
                 self.watchers[end][token] = readiness
         request.reply(ready)
+        self.run_actions(actions)
 
     def op_unwatch(self, request, end: int, token: tuple) -> None:
         with self._lock:
@@ -68,27 +257,40 @@ class PipeServant(LockedServant):
 
     def _wake(self, end: int) -> list:
         inbox = self.inbox[end]
-        if not (inbox.items or inbox.writers_gone):
+        if inbox.held or not (inbox.items or inbox.writers_gone):
             return []
         watchers = list(self.watchers[end].items())
         self.watchers[end].clear()
         return [lambda t=token, r=ref: _tell_ready(r, t) for token, ref in watchers]
 
+    def _other_reader(self, request, end: int) -> list:
+        """``request`` reads ``end`` through the pipe: a job linked to ``end`` hands back
+        what it has not read; a link carrying what is sent to ``end`` is read here no more
+        unless this process reads. The lock is held."""
+        actions = self._unlink(end)
+        if request.peer != LOCAL_PEER:
+            actions += self._unlink(1 - end)
+        return actions
+
     def op_recv(self, request, end: int) -> None:
         with self._lock:
-            actions = self.inbox[end].get(request, True, None, self.schedule_expiry)
+            actions = self._other_reader(request, end)
+            actions += self.inbox[end].get(request, True, None, self.schedule_expiry)
         self.run_actions(actions)
 
     def op_poll(self, request, end: int, timeout: float | None) -> None:
         with self._lock:
-            actions = self.inbox[end].get(request, timeout is None or timeout > 0, timeout,
-                                          self.schedule_expiry, peek=True)
+            actions = self._other_reader(request, end)
+            actions += self.inbox[end].get(request, timeout is None or timeout > 0, timeout,
+                                           self.schedule_expiry, peek=True)
         self.run_actions(actions)
 
     def op_export(self, request, end: int, token: bytes) -> None:
         with self._lock:
             self.pending[end].add(token)
+            actions = self._unlink(0) + self._unlink(1)  # on its way to another job
         request.reply()
+        self.run_actions(actions)
 
     def op_attach(self, request, end: int, token: bytes) -> None:
         with self._lock:
@@ -111,9 +313,13 @@ class PipeServant(LockedServant):
         with self._lock:
             holders = self.holders[end]
             holders[request.peer] -= 1
+            actions = []
             if holders[request.peer] <= 0:
                 del holders[request.peer]
-            actions = self._check_end(end)
+                link = self.links[end]
+                if link is not None and link.reader_peer == request.peer:
+                    actions = self._unlink(end)  # what it leaves unread stays for the end's other holders
+            actions += self._check_end(end)
         request.reply()
         self.run_actions(actions)
 
@@ -125,10 +331,14 @@ class PipeServant(LockedServant):
             get_hub().unregister(self.oid)  # nobody holds either end: the pipe is gone
             self.oid = None
         # nobody holds `end` any more: its peer reads EOF, writes to it break
-        return (self.inbox[other].close_writers() + self.inbox[end].close_readers()
-                + self._wake(other))
+        return (self.inbox[other].close_writers() + self._forward_eof(other)
+                + self.inbox[end].close_readers() + self._wake(other))
 
     def peer_lost(self, peer: int) -> None:
+        for end in (0, 1):  # what a linked job sent before it went is read before its EOF
+            link = self.links[end]
+            if link is not None and link.reader_peer == peer:
+                self._link_lost(end, link)
         actions: list = []
         with self._lock:
             for end in (0, 1):
@@ -142,6 +352,7 @@ class Connection:
     """One end of a :func:`Pipe` (``multiprocessing.connection.Connection``)."""
 
     _signal: "_ReadySignal | None" = None  # made by fileno()
+    _servant: "PipeServant | None" = None  # the pipe, when it lives in this process
 
     def __init__(self, ref: ObjectRef, end: int, readable: bool, writable: bool) -> None:
         self._ref = ref
@@ -204,6 +415,7 @@ class Connection:
         costs one more round trip to the pipe (to learn whether more is left)."""
         self._check_closed()
         if self._signal is None:
+            pipelink.unlink_own(self._ref, self._end)  # readiness is the pipe's to tell
             self._signal = _ReadySignal(self._ref, self._end, watch=self._readable)
         return self._signal.fd
 
@@ -213,6 +425,7 @@ class Connection:
         if not self._closed:
             self._closed = True
             try:
+                pipelink.unlink_own(self._ref, self._end)  # what is unread stays in the pipe
                 self._ref.call("close", self._end)
             except (ConnectionError, ReferenceError):
                 pass
@@ -226,12 +439,24 @@ class Connection:
     # -- sending -------------------------------------------------------------------------
     def send(self, obj: Any) -> None:
         """Send a picklable object to the other end."""
+        self._send(Payload.pack(obj))
+
+    def _send(self, payload: Payload) -> None:
         self._check_writable()
-        self._ref.cast("send", self._end, Payload.pack(obj))
+        reader = pipelink.reader_of(self._ref, self._end)
+        if reader is not None:  # linked: over the link, after what was sent over it before
+            try:
+                return reader.send(payload)
+            except pipelink.Unlinked:
+                reader.wait_done()
+        elif (self._servant is not None or self._ref.is_local) and \
+                self._local_servant().forward_linked(self._end, payload):
+            return
+        self._ref.cast("send", self._end, payload)
 
     def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
         """Send bytes from a bytes-like object (a slice of it with ``offset``/``size``)."""
-        self._check_writable()
+        self._check_closed()
         view = memoryview(buf)
         if view.itemsize > 1:
             view = view.cast("B")
@@ -246,14 +471,38 @@ class Connection:
             raise ValueError("size is negative")
         elif offset + size > n:
             raise ValueError("buffer length < offset + size")
-        self._ref.cast("send", self._end, Payload.raw(bytes(view[offset:offset + size])))
+        self._send(Payload.raw(bytes(view[offset:offset + size])))
 
     # -- receiving -----------------------------------------------------------------------
+    def _local_servant(self) -> PipeServant:
+        servant = self._servant
+        if servant is None:
+            servant = get_hub().servant(self._ref.oid)
+            if servant is None:
+                raise ReferenceError(f"pipe {self._ref.oid} no longer exists in this process")
+            self._servant = servant
+        return servant  # type: ignore[return-value]
+
     def _receive(self) -> Payload:
         self._check_readable()
-        payload = self._ref.call("recv", self._end)
+        while True:
+            reader = pipelink.reader_of(self._ref, self._end)
+            if reader is not None:
+                try:
+                    return reader.receive()
+                except pipelink.Unlinked:
+                    reader.wait_done()  # what it had not read is back with the pipe
+            elif self._servant is not None or self._ref.is_local:
+                payload = self._local_servant().receive_linked(self._end)
+                if payload is not None:
+                    return payload
+            payload = self._ref.call("recv", self._end)
+            if payload is not pipelink.RETRY:  # (RETRY: a link was made meanwhile)
+                break
         if self._signal is not None:
             self._signal.rearm()
+        elif not self._ref.is_local:
+            pipelink.read_through_hub(self._ref, self._end)
         return payload
 
     def recv(self) -> Any:
@@ -286,7 +535,23 @@ class Connection:
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether there is something to read (or EOF), waiting up to ``timeout`` (None: forever)."""
         self._check_readable()
-        return self._ref.call("poll", self._end, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            reader = pipelink.reader_of(self._ref, self._end)
+            if reader is not None:
+                try:
+                    return reader.poll(timeout)
+                except pipelink.Unlinked:
+                    reader.wait_done()
+            elif self._ref.is_local:
+                ready = self._local_servant().receive_linked(self._end, timeout, peek=True)
+                if ready is not None:
+                    return ready
+            ready = self._ref.call("poll", self._end, timeout)
+            if ready is not pipelink.RETRY:
+                return ready
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
 
     def __repr__(self) -> str:
         return f"<Connection end={self._end} of {self._ref}{' closed' if self._closed else ''}>"
@@ -447,6 +712,7 @@ def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
         return os_wait(others, timeout)
     for conn in conns:
         conn._check_readable()
+        pipelink.unlink_own(conn._ref, conn._end)
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     mailbox, mailbox_ref = _readiness_mailbox()
     wait_id = next(_wait_ids)

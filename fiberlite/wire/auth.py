@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from typing import Callable
 
 NONCE_SIZE = 32
 DIGEST_SIZE = hashlib.sha256().digest_size
@@ -64,3 +65,17 @@ def check_proof(key: bytes, data: bytes, client_nonce: bytes, server_nonce: byte
     if len(data) != len(PROOF) + DIGEST_SIZE or not data.startswith(PROOF):
         return False
     return hmac.compare_digest(bytes(data[len(PROOF):]), _mac(key, b"client", server_nonce, client_nonce))
+
+
+def prove(key: bytes, send: Callable[[bytes], None], recv: Callable[[], bytes], peer: str) -> None:
+    """Run the dialing side of the handshake over ``send``/``recv``; raise
+    :class:`~fiberlite.errors.AuthenticationError` naming ``peer`` if it fails."""
+    from ..errors import AuthenticationError
+    nonce = new_nonce()
+    send(hello(nonce))
+    server_nonce = check_challenge(key, recv(), nonce)
+    if server_nonce is None:
+        raise AuthenticationError(f"{peer} did not prove it holds the run's key")
+    send(proof(key, nonce, server_nonce))
+    if recv() != WELCOME:
+        raise AuthenticationError(f"{peer} rejected this process's key")

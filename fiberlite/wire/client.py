@@ -70,14 +70,7 @@ class Client:
         ctx.recv_timeout = HANDSHAKE_TIMEOUT_MS
         ctx.send_timeout = HANDSHAKE_TIMEOUT_MS  # a peer that went away mid-handshake
         try:
-            nonce = auth.new_nonce()
-            ctx.send(auth.hello(nonce))
-            server_nonce = auth.check_challenge(key, ctx.recv(), nonce)
-            if server_nonce is None:
-                raise AuthenticationError(f"{self.address} did not prove it holds the run's key")
-            ctx.send(auth.proof(key, nonce, server_nonce))
-            if ctx.recv() != auth.WELCOME:
-                raise AuthenticationError(f"{self.address} rejected this process's key")
+            auth.prove(key, ctx.send, ctx.recv, self.address)
         except (pynng.Timeout, pynng.Closed):
             raise AuthenticationError(
                 f"{self.address} refused the handshake: this process does not hold the run's key") from None

@@ -84,15 +84,7 @@ class Io(pynng.Context):
         check_err(lib.nng_aio_result(aio))
         msg = lib.nng_aio_get_msg(aio)
         pipe = lib.nng_msg_get_pipe(msg)
-        peer = lib.nng_pipe_id(pipe)
-        size = lib.nng_msg_len(msg)
-        body = ffi.cast("char *", lib.nng_msg_body(msg))
-        if size >= ZERO_COPY_MIN and ffi.buffer(body, 4)[:] != b"\x00\x00\x00\x00":
-            owner = ffi.gc(body, lambda _p, m=msg: lib.nng_msg_free(m))
-            return ffi.buffer(owner, size), peer, pipe
-        frame = ffi.buffer(body, size)[:]
-        lib.nng_msg_free(msg)
-        return frame, peer, pipe
+        return take_frame(msg), lib.nng_pipe_id(pipe), pipe
 
     def __del__(self) -> None:
         try:
@@ -106,6 +98,29 @@ class Io(pynng.Context):
             if aio is not None:
                 setattr(self, name, None)
                 lib.nng_aio_free(aio)
+
+
+def new_aio():
+    """An ``nng_aio`` without callback, freed by :func:`free_aio`."""
+    return _new_aio()
+
+
+def free_aio(aio) -> None:
+    lib.nng_aio_free(aio)
+
+
+def take_frame(msg):
+    """The body of a received ``nng_msg`` as a frame, the message taken over: a large
+    frame with out-of-band buffers (its first 4 bytes not zero) is used in place and
+    freed with its last view, a smaller one is copied out and the message freed."""
+    size = lib.nng_msg_len(msg)
+    body = ffi.cast("char *", lib.nng_msg_body(msg))
+    if size >= ZERO_COPY_MIN and ffi.buffer(body, 4)[:] != b"\x00\x00\x00\x00":
+        owner = ffi.gc(body, lambda _p, m=msg: lib.nng_msg_free(m))
+        return ffi.buffer(owner, size)
+    frame = ffi.buffer(body, size)[:]
+    lib.nng_msg_free(msg)
+    return frame
 
 
 def close_pipe(pipe) -> None:

@@ -1,0 +1,217 @@
+"""A direct, authenticated nng PAIR connection between two processes.
+
+The reading process listens (:meth:`Link.listen`), the writing one dials it
+(:meth:`Link.dial`); the two run :mod:`fiberlite.wire.auth` before anything else, and
+the reader accepts no frame from a peer that has not proved it holds the run's key.
+The reader receives on its own thread (no thread in between) and a blocked receive
+can be cancelled from another thread; a send never blocks (False: the link is full).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import pynng
+from pynng._nng import ffi, lib
+from pynng.exceptions import check_err
+
+from . import auth, tls
+from .nngio import free_aio, new_aio, take_frame
+
+HANDSHAKE_TIMEOUT_MS = 10_000
+# messages queued on each side: with the sockets' own buffers, what a reader may leave
+# unread before a send fails (a pipe then stops using the link: its owner buffers instead)
+BUFFERED_MESSAGES = 128
+
+
+def _socket(address_or_host: str, key: bytes, server: bool) -> pynng.Pair0:
+    options = {"tls_config": tls.config(key, server=server)} if tls.is_tls(address_or_host) else {}
+    return pynng.Pair0(recv_max_size=0, send_buffer_size=BUFFERED_MESSAGES,
+                       recv_buffer_size=BUFFERED_MESSAGES, **options)
+
+
+class Link:
+    """One end of a PAIR connection, used by one receiving and one sending thread at a time."""
+
+    def __init__(self, sock: pynng.Pair0) -> None:
+        self._sock = sock
+        self._recv_aio = new_aio()
+        self._send_aio = new_aio()
+        self._msg_p = ffi.new("nng_msg **")
+        self._timeout = -1
+        self._send_timeout: int | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._lost_callbacks: list[Callable[[], None]] = []
+        self.lost = False
+        self._peer: int | None = None  # the nng pipe that passed the handshake
+        self._handshaking = False
+        sock.add_post_pipe_remove_cb(self._pipe_removed)
+
+    # -- making one ----------------------------------------------------------------------
+    @classmethod
+    def listen(cls, host: str, key: bytes, use_tls: bool) -> "Link":
+        """A link waiting for its writer on ``host`` (its address: :attr:`address`)."""
+        scheme = tls.SCHEME if use_tls else tls.PLAIN
+        sock = _socket(scheme, key, server=True)
+        bind_host = host if host in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+        try:
+            sock.listen(f"{scheme}{bind_host}:0")
+        except BaseException:
+            sock.close()
+            raise
+        link = cls(sock)
+        port = str(sock.listeners[0].local_address).rsplit(":", 1)[1]
+        link.address = f"{scheme}{host}:{port}"
+        return link
+
+    def accept(self, key: bytes) -> bool:
+        """Run the listening side of the handshake with the first peer: whether it proved
+        the key (a peer that did not is disconnected)."""
+        sock = self._sock
+        sock.send_timeout = HANDSHAKE_TIMEOUT_MS
+        try:
+            hello, pipe = self._handshake_step()
+            client_nonce = auth.parse_hello(hello)
+            if client_nonce is None:
+                return False
+            server_nonce = auth.new_nonce()
+            sock.send(auth.challenge(key, client_nonce, server_nonce))
+            proof, proof_pipe = self._handshake_step()
+            if proof_pipe != pipe or not auth.check_proof(key, proof, client_nonce, server_nonce):
+                return False
+            self._peer = pipe
+            sock.send(auth.WELCOME)
+            return True
+        except pynng.NNGException:
+            return False
+        finally:
+            sock.send_timeout = -1
+
+    def _handshake_step(self) -> tuple[bytes, int]:
+        """The next message of the handshake and the id of the pipe it came on; given up
+        (``pynng.Canceled``) as soon as a peer that started the handshake goes away."""
+        self._handshaking = True
+        try:
+            msg = self._receive(HANDSHAKE_TIMEOUT_MS)
+        finally:
+            self._handshaking = False
+        pipe = lib.nng_pipe_id(lib.nng_msg_get_pipe(msg))
+        size = lib.nng_msg_len(msg)
+        data = ffi.buffer(lib.nng_msg_body(msg), size)[:] if size <= 1024 else b""
+        lib.nng_msg_free(msg)
+        return data, pipe
+
+    @classmethod
+    def dial(cls, address: str, key: bytes) -> "Link":
+        """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
+        :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
+        sock = _socket(address, key, server=False)
+        sock.reconnect_time_min = sock.reconnect_time_max = 3_600_000  # a dropped link stays down
+        sock.recv_timeout = sock.send_timeout = HANDSHAKE_TIMEOUT_MS
+        try:
+            sock.dial(address, block=True)
+            auth.prove(key, sock.send, sock.recv, address)
+            pipes = sock.pipes
+            if len(pipes) != 1:
+                raise pynng.Closed(-1, "the connection ended")
+        except pynng.NNGException as exc:
+            sock.close()
+            raise ConnectionError(f"cannot link to {address}: {exc}") from None
+        except BaseException:
+            sock.close()
+            raise
+        sock.recv_timeout = sock.send_timeout = -1
+        link = cls(sock)
+        link._peer = pipes[0].id
+        return link
+
+    # -- using it ------------------------------------------------------------------------
+    def send(self, frame, timeout_ms: int = 0) -> bool:
+        """Queue ``frame`` (bytes, or a ``pynng.Message`` then owned by nng), waiting up
+        to ``timeout_ms`` for room (0: not at all): False if it did not go (full or gone).
+        One thread sends at a time, and never while the link is being closed."""
+        if self._closed:
+            return False
+        if isinstance(frame, pynng.Message):
+            with frame._mem_freed_lock:
+                frame._mem_freed = True
+                msg = frame._nng_msg
+        else:
+            msg_p = self._msg_p
+            check_err(lib.nng_msg_alloc(msg_p, len(frame)))
+            msg = msg_p[0]
+            ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
+        aio = self._send_aio
+        if timeout_ms != self._send_timeout:
+            lib.nng_aio_set_timeout(aio, timeout_ms)
+            self._send_timeout = timeout_ms
+        lib.nng_aio_set_msg(aio, msg)
+        lib.nng_send_aio(self._sock.socket, aio)
+        lib.nng_aio_wait(aio)
+        if lib.nng_aio_result(aio):
+            lib.nng_msg_free(msg)  # nng leaves a message it did not send to its sender
+            return False
+        return True
+
+    def recv(self, timeout_ms: int = -1):
+        """The next frame; ``pynng.Timeout`` after ``timeout_ms`` (-1: never),
+        ``pynng.Canceled`` once :meth:`cancel` is called, ``pynng.Closed`` once closed."""
+        while True:
+            msg = self._receive(timeout_ms)
+            pipe = lib.nng_msg_get_pipe(msg)
+            if lib.nng_pipe_id(pipe) == self._peer:
+                return take_frame(msg)
+            lib.nng_msg_free(msg)  # from a connection that never proved the key
+            lib.nng_pipe_close(pipe)
+
+    def _receive(self, timeout_ms: int):
+        """The next ``nng_msg`` (the caller frees it)."""
+        aio = self._recv_aio
+        if timeout_ms != self._timeout:
+            lib.nng_aio_set_timeout(aio, timeout_ms)
+            self._timeout = timeout_ms
+        lib.nng_recv_aio(self._sock.socket, aio)
+        lib.nng_aio_wait(aio)
+        check_err(lib.nng_aio_result(aio))
+        return lib.nng_aio_get_msg(aio)
+
+    def cancel(self) -> None:
+        """Wake a thread blocked in :meth:`recv` (``pynng.Canceled``); nothing if none is."""
+        with self._lock:
+            if not self._closed:
+                lib.nng_aio_cancel(self._recv_aio)
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on a thread of its own) once the peer's connection ends."""
+        with self._lock:
+            if not self.lost:
+                self._lost_callbacks.append(callback)
+                return
+        callback()
+
+    def _pipe_removed(self, pipe) -> None:
+        if self._handshaking and self._peer is None:  # the peer gave up on the handshake
+            threading.Thread(target=self.cancel, daemon=True).start()
+        with self._lock:
+            if self.lost or pipe.id != self._peer:
+                return
+            self.lost = True
+            callbacks, self._lost_callbacks = self._lost_callbacks, []
+        if callbacks:  # nng's own thread: nothing that waits on nng runs here
+            threading.Thread(target=lambda: [cb() for cb in callbacks], daemon=True,
+                             name="fiberlite-link-lost").start()
+
+    def close(self) -> None:
+        """Close the link (the caller makes sure no thread is receiving or sending on it)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.lost = True
+            self._lost_callbacks = []
+        try:
+            self._sock.close()
+        finally:
+            free_aio(self._recv_aio)
+            free_aio(self._send_aio)

@@ -1,0 +1,264 @@
+"""Pipe ends linked to the job that reads them (fiberlite.pipelink): the fast path must
+keep every guarantee of a pipe read through its hub."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import threading
+
+import pynng
+import pytest
+
+import fiberlite
+import link_jobs
+from fiberlite import pipelink, runtime
+from fiberlite.errors import AuthenticationError
+from fiberlite.hub import get_hub
+from fiberlite.wire.link import Link
+from unpickle_trap import Trace
+
+pytestmark = pytest.mark.timeout(90)
+ROUNDS = link_jobs.LINKING_READS
+
+
+def _link_state(conn, end: int):
+    """The owner's view of the link of ``end`` of ``conn``'s pipe (None: not linked)."""
+    link = get_hub().servant(conn._ref.oid).links[end]
+    return None if link is None else link.state
+
+
+def _echo(a, items) -> None:
+    for item in items:
+        a.send(item)
+        assert a.recv() == item
+
+
+def test_reader_job_is_linked_and_both_directions_keep_order():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=link_jobs.echo_then_report, args=(b, 200))
+    p.start()
+    _echo(a, range(ROUNDS))
+    assert _link_state(a, 1) == pipelink.LINKED
+    _echo(a, range(ROUNDS, 200))
+    assert a.recv() == ("linked", True)
+    p.join()
+    assert p.exitcode == 0
+
+
+def test_linked_pipe_carries_bytes_large_objects_and_polls():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=link_jobs.echo_many_kinds, args=(b,))
+    p.start()
+    _echo(a, [("obj", i) for i in range(ROUNDS)])
+    assert _link_state(a, 1) == pipelink.LINKED
+    big = os.urandom(300_000)  # out of band, and used in place when received
+    _echo(a, [("obj", big), ("obj", [big, {"k": big[:10]}]), ("obj", None)])
+    a.send(("bytes", None))
+    a.send_bytes(b"raw bytes", 4)
+    assert a.recv_bytes() == b"bytes"
+    assert not a.poll(0)
+    a.send(("obj", "late"))
+    assert a.poll(30)
+    assert a.recv() == ("obj", "late")
+    a.send(("stop", None))
+    assert a.recv() is True
+    p.join()
+
+
+def _idle_reader_left_unread(a, b, read: int, sent: int):
+    """Send ``sent`` messages to a job that reads ``read`` of them (over its link if
+    that is enough reads to be linked), then keeps its end and leaves the rest unread:
+    ``(job, out, stay)``."""
+    out, stay = fiberlite.Queue(), fiberlite.Event()
+    job = fiberlite.Process(target=link_jobs.read_then_idle, args=(b, read, out, stay))
+    job.start()
+    for i in range(sent):
+        a.send(i)
+    assert out.get(timeout=60) == (list(range(read)), read >= ROUNDS)
+    return job, out, stay
+
+
+def test_a_second_reader_gets_exactly_what_the_linked_reader_left():
+    a, b = fiberlite.Pipe()
+    first, out, stay = _idle_reader_left_unread(a, b, 20, 50)
+    # a new job reads the end the first one still holds, with 30 messages it was sent
+    second = fiberlite.Process(target=link_jobs.read_then_idle, args=(b, 30, out, stay))
+    second.start()
+    items, _ = out.get(timeout=60)
+    assert items == list(range(20, 50))
+    stay.set()
+    first.join()
+    second.join()
+
+
+def test_the_owner_reads_what_an_idle_linked_reader_left():
+    a, b = fiberlite.Pipe()
+    p, _, stay = _idle_reader_left_unread(a, b, 15, 25)
+    assert [b.recv() for _ in range(10)] == list(range(15, 25))
+    assert not b.poll(0)
+    stay.set()
+    p.join()
+
+
+def test_closing_a_linked_end_leaves_its_unread_messages_in_the_pipe():
+    a, b = fiberlite.Pipe()
+    out = fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.read_then_close, args=(b, 12, out))
+    p.start()
+    for i in range(20):
+        a.send(i)
+    assert out.get(timeout=60) == (list(range(12)), True)
+    p.join()
+    assert [b.recv() for _ in range(8)] == list(range(12, 20))
+
+
+def test_a_linked_reader_can_wait_and_poll_on_its_end():
+    a, b = fiberlite.Pipe()
+    out = fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.link_then_wait, args=(b, out))
+    p.start()
+    _echo(a, range(ROUNDS))
+    assert out.get(timeout=60) == ("linked", True, False)
+    a.send("wake")
+    assert out.get(timeout=60) == ("woken", True, "wake", False)  # read through the hub now
+    a.send("polled")
+    assert out.get(timeout=60) == ("poll", True, "polled")
+    p.join()
+
+
+def test_what_a_killed_linked_job_sent_is_read_before_eof():
+    a, b = fiberlite.Pipe()
+    out, stay = fiberlite.Queue(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.link_then_send_and_stall, args=(b, 5, out, stay))
+    p.start()
+    b.close()
+    _echo(a, range(ROUNDS))
+    assert out.get(timeout=60) is True  # linked, and the 5 messages are sent
+    p.kill()
+    p.join()
+    assert [a.recv() for _ in range(5)] == [("extra", i) for i in range(5)]
+    with pytest.raises(EOFError):
+        a.recv()
+
+
+def test_a_linked_reader_reads_the_rest_then_eof():
+    a, b = fiberlite.Pipe()
+    out = fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.link_then_read_to_eof, args=(b, out))
+    p.start()
+    b.close()
+    _echo(a, range(ROUNDS))
+    for i in range(3):
+        a.send(("last", i))
+    a.close()
+    assert out.get(timeout=60) == (True, [("last", i) for i in range(3)])
+    p.join()
+
+
+def test_messages_beyond_what_a_link_holds_go_through_the_pipe_in_order():
+    a, b = fiberlite.Pipe()
+    out, go = fiberlite.Queue(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.link_then_stall_then_read, args=(b, go, out))
+    p.start()
+    _echo(a, range(ROUNDS))
+    assert out.get(timeout=60) is True
+    block = b"x" * 65536
+    sent = []
+    while _link_state(a, 1) == pipelink.LINKED:  # the job reads nothing: the link fills up
+        assert len(sent) < 20_000, "the link never filled up"
+        sent.append(len(sent))
+        a.send((sent[-1], block))
+    for i in range(10):  # and more after it: through the pipe
+        sent.append(len(sent))
+        a.send((sent[-1], block))
+    a.send(None)
+    go.set()
+    items, linked = out.get(timeout=60)
+    assert [i for i, _ in items] == sent
+    assert not linked
+    p.join()
+
+
+def test_an_end_held_by_another_job_is_not_linked():
+    a, b = fiberlite.Pipe()
+    holder, _, stay = _idle_reader_left_unread(a, b, 0, 0)
+    reader = fiberlite.Process(target=link_jobs.echo_then_report, args=(b, 40))
+    reader.start()
+    _echo(a, range(40))
+    assert a.recv() == ("linked", False)
+    assert _link_state(a, 1) is None
+    reader.join()
+    stay.set()
+    holder.join()
+
+
+# -- the link's own handshake ----------------------------------------------------------------
+def _accept_in_thread(link: Link, key: bytes) -> tuple[threading.Thread, list]:
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(link.accept(key)))
+    thread.start()
+    return thread, result
+
+
+def test_a_link_peer_without_the_key_is_refused_both_ways():
+    key = runtime.key()
+    listener = Link.listen("127.0.0.1", key, use_tls=False)
+    thread, accepted = _accept_in_thread(listener, key)
+    with pytest.raises(AuthenticationError):
+        Link.dial(listener.address, os.urandom(32))
+    thread.join()
+    assert accepted == [False]
+    listener.close()
+
+    impostor = Link.listen("127.0.0.1", os.urandom(32), use_tls=False)
+    thread, accepted = _accept_in_thread(impostor, os.urandom(32))
+    with pytest.raises(AuthenticationError):
+        Link.dial(impostor.address, key)  # it cannot prove the run's key: nothing is sent to it
+    thread.join()
+    impostor.close()
+
+
+def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path):
+    key = runtime.key()
+    listener = Link.listen("127.0.0.1", key, use_tls=False)
+    thread, accepted = _accept_in_thread(listener, key)
+    marker = tmp_path / "unpickled"
+    with pynng.Pair0(dial=listener.address) as attacker:
+        attacker.send(pipelink.item_frame(fiberlite.wire.codec.Payload(pickle.dumps(Trace(str(marker))))))
+        thread.join()
+    assert accepted == [False]
+    assert not marker.exists()
+    listener.close()
+
+
+TLS_SCRIPT = """
+import fiberlite
+from fiberlite import pipelink
+
+def echo(conn):
+    for _ in range(30):
+        conn.send(conn.recv())
+    reader = pipelink.reader_of(conn._ref, conn._end)
+    conn.send(None if reader is None else reader.link.address.split(":")[0])
+
+if __name__ == "__main__":
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=echo, args=(b,))
+    p.start()
+    for i in range(30):
+        a.send(i)
+        assert a.recv() == i
+    print(a.recv(), flush=True)
+    p.join(60)
+"""
+
+
+def test_with_tls_the_link_uses_tls_too(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(TLS_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, FIBERLITE_TLS="1"),
+                         capture_output=True, text=True, timeout=80)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "tls+tcp"
