@@ -22,14 +22,15 @@ from .channel import Channel
 from .handles import job_exports
 from .errors import BufferTooShort
 from .finalizing import CastQueue
-from .hub import LOCAL_PEER, LockedServant, ObjectRef, Servant, get_hub
+from .hub import LOCAL_PEER, ObjectRef, Servant, get_hub
+from .linkhost import LinkingServant
 from .listener import Client, Listener, SocketConnection
 from .wire.codec import Payload
 
 __all__ = ["Pipe", "Connection", "wait", "Listener", "Client", "SocketConnection"]
 
 
-class PipeServant(LockedServant):
+class PipeServant(LinkingServant):
     """Two channels and the holders of each end."""
 
     def __init__(self, duplex: bool) -> None:
@@ -43,200 +44,58 @@ class PipeServant(LockedServant):
         self.pending: tuple[set[bytes], set[bytes]] = (set(), set())
         # wait() calls to tell when an end becomes readable: end -> {token: readiness ref}
         self.watchers: tuple[dict, dict] = ({}, {})
-        # end -> the link of a job that reads it alone (fiberlite.pipelink)
-        self.links: list[pipelink.Forwarder | None] = [None, None]
-        self.never_link = [False, not duplex]  # an end whose link ended is not linked again
-        if not duplex:  # end 0 only reads, end 1 only writes
+        if not duplex:
+            self.never_link.add(1)  # end 1 only writes: nobody reads it
             self.inbox[1].close_writers()
 
     def op_send(self, request, end: int, payload: Payload) -> None:
         target = 1 - end
         with self._lock:
-            # another writer than the linked job (which sends over its link): through the hub
-            actions = self._unlink(end) if self.links[end] is not None else []
-            link = self.links[target]
-            if link is not None and link.state == pipelink.LINKED and not self.inbox[target].readers_gone:
-                if link.forward(pipelink.item_frame(payload)):
-                    actions.append(request.reply)
-                else:  # the reader leaves it unread until the link is full: back to the hub
-                    actions += self._unlink(target)
-                    actions += self.inbox[target].put(request, payload, True, None, self.schedule_expiry)
+            # another writer than the job linked to `end` (it sends over its link): unlink
+            actions = self._unlink(end) if end in self.links else []
+            sent = None if self.inbox[target].readers_gone else self._forward(target, payload)
+            if sent:
+                actions.append(request.reply)
             else:
+                if sent is False:  # the reader leaves it unread until the link is full
+                    actions += self._unlink(target)
                 actions += self.inbox[target].put(request, payload, True, None, self.schedule_expiry)
                 if self.watchers[target]:
                     actions += self._wake(target)
         self.run_actions(actions)
 
-    def forward_linked(self, end: int, payload: Payload) -> bool:
-        """A send from this process into the end linked to a job, straight over the link;
-        False: send as usual (no link, or it cannot take it now)."""
-        target = 1 - end
-        with self._lock:
-            link = self.links[target]
-            if (link is None or link.state != pipelink.LINKED or self.links[end] is not None
-                    or self.inbox[target].readers_gone):
-                return False
-            if not link.forward(pipelink.item_frame(payload)):
-                return False
-            self.inbox[target].enqueued += 1
-            return True
+    def send_local(self, end: int, payload: Payload) -> bool:
+        """A send of this process into the end linked to a job, straight over the link;
+        False: send as usual."""
+        if end in self.links or self.inbox[1 - end].readers_gone:
+            return False
+        return self.forward_local(1 - end, payload)
 
-    # -- links (fiberlite.pipelink) -----------------------------------------------------------
-    def op_link(self, request, end: int, address: str, mailbox: ObjectRef, token: int) -> None:
-        """The job of ``request`` reads ``end`` and listens at ``address``: link the end to
-        it if it is the end's only reader; the reply says whether."""
-        with self._lock:
-            agreed = self._may_link(end, request.peer)
-            if agreed:
-                forwarder = pipelink.Forwarder(request.peer, mailbox, token)
-                self.links[end] = forwarder
-        request.reply(agreed)
-        if agreed:
-            threading.Thread(target=self._connect_link, args=(end, forwarder, address),
-                             daemon=True, name="fiberlite-link").start()
+    def receive_linked(self, end: int, timeout: float | None = None, peek: bool = False) -> Any:
+        """Read ``end`` in this process from the link of the job that writes into it
+        (see :meth:`~fiberlite.linkhost.LinkingServant.receive_returned`)."""
+        return self.receive_returned(1 - end, timeout, peek)
+
+    # -- links (fiberlite.linkhost): a slot is the end the job reads ---------------------------
+    def _forward_channel(self, end: int) -> Channel:
+        return self.inbox[end]
+
+    def _return_channel(self, end: int) -> Channel:
+        return self.inbox[1 - end]
+
+    def _readable(self, channel: Channel) -> list:
+        end = self.inbox.index(channel)
+        return self._wake(end) if self.watchers[end] else []
 
     def _may_link(self, end: int, peer: int) -> bool:
         inbox = self.inbox[end]
         allowed = {peer, LOCAL_PEER}
-        return (peer != LOCAL_PEER and self.links[end] is None and not self.never_link[end]
-                and not inbox.readers_gone and not inbox.held
+        return (not inbox.readers_gone and not inbox.held
                 and set(self.holders[end]) <= allowed and set(self.holders[1 - end]) <= allowed
                 and not self.pending[end] and not self.watchers[end]
                 and not any(not w.done for w in inbox.getters)
                 and not any(not w.done and w.request.peer != LOCAL_PEER
                             for w in self.inbox[1 - end].getters))
-
-    def _connect_link(self, end: int, forwarder: pipelink.Forwarder, address: str) -> None:
-        from . import runtime
-        try:
-            link = pipelink.Link.dial(address, runtime.key())
-        except Exception:
-            link = None
-        with self._lock:
-            if self.links[end] is not forwarder or link is None:
-                if self.links[end] is forwarder:
-                    self.links[end] = None
-                    self.never_link[end] = True
-                if link is not None:
-                    link.close()
-                return
-            if not link.send(pipelink.READY_FRAME):
-                self.links[end] = None
-                self.never_link[end] = True
-                link.close()
-                return
-            forwarder.connected(link)
-            # this process's reads of the other end that wait in the pipe read the link now
-            retry = self.inbox[1 - end].take_getters(lambda r: r.peer == LOCAL_PEER)
-            inbox = self.inbox[end]
-            while inbox.items and forwarder.forward(pipelink.item_frame(inbox.items[0])):
-                inbox.items.popleft()
-            if inbox.items:  # full already (a reader that stopped reading): back to the hub
-                actions = self._unlink(end)
-            else:
-                actions = self._forward_eof(end)
-            actions += [lambda r=request: r.reply(pipelink.RETRY) for request in retry]
-        link.on_lost(lambda: self._link_lost(end, forwarder))
-        self.run_actions(actions)
-
-    def _forward_eof(self, end: int) -> list:
-        """Tell a linked reader of ``end`` that its writers are gone, after what they sent."""
-        link = self.links[end]
-        if link is not None and link.state == pipelink.LINKED and self.inbox[end].writers_gone:
-            if not link.forward(pipelink.EOF_FRAME):
-                return self._unlink(end)
-        return []
-
-    def _unlink(self, end: int) -> list:
-        """Stop forwarding to ``end``'s reader and ask it for what it has not read; its other
-        readers wait until that is back (``relinquish``). The lock is held."""
-        link = self.links[end]
-        if link is None or link.state == pipelink.UNLINKING:
-            return []
-        if link.state == pipelink.LINKING:  # not linked yet: the link is dropped when made
-            self.links[end] = None
-            self.never_link[end] = True
-            return []
-        link.state = pipelink.UNLINKING
-        self.inbox[end].held = True
-
-        def ask() -> None:
-            try:
-                link.ask_back()
-            except (ConnectionError, ReferenceError):
-                self._link_lost(end, link)  # the reader has gone
-        return [ask]
-
-    def op_unlink(self, request, end: int, token: int) -> None:
-        """The linked reader of ``end`` asks to read through the hub again; the reply says
-        whether it will be asked for what it has not read (else its link is gone here)."""
-        with self._lock:
-            link = self.links[end]
-            asked = link is not None and link.token == token and link.state != pipelink.LINKING
-            actions = self._unlink(end)
-        request.reply(asked)
-        self.run_actions(actions)
-
-    def op_relinquish(self, request, end: int, token: int, unread: list) -> None:
-        """What a linked reader had received and not consumed, to be read first; what it
-        sent over the link before its :data:`~fiberlite.pipelink.END` is taken from the link."""
-        with self._lock:
-            link = self.links[end]
-            if link is None or link.token != token:
-                link = None
-        if link is not None:
-            self._take_link(end, link, unread, until_end=True)
-        request.reply()
-
-    def _link_lost(self, end: int, link: pipelink.Forwarder) -> None:
-        """The reader's connection ended: what it was sent and did not read is gone;
-        what it sent and had arrived is read."""
-        self._take_link(end, link, [], until_end=False)
-
-    def _take_link(self, end: int, link: pipelink.Forwarder, unread: list, until_end: bool) -> None:
-        with link.take_lock:  # one taker; a second one finds it done
-            if link.taken:
-                return
-            sent = link.take_sent(until_end)  # waits for the frames still on their way
-            with self._lock:
-                if self.links[end] is not link:
-                    return
-                actions = self._end_link(end, link, unread) + self.inbox[1 - end].extend(sent)
-                if self.watchers[1 - end]:
-                    actions += self._wake(1 - end)
-        self.run_actions(actions)
-
-    # -- reading this process's end over a link ---------------------------------------------
-    def receive_linked(self, end: int, timeout: float | None = None, peek: bool = False) -> Any:
-        """Read ``end`` in this process from the link of the job that writes into it:
-        a Payload (or with ``peek`` True), False after ``timeout``; None: read through
-        the pipe instead (no link, or something to read there first)."""
-        link = self.links[1 - end]
-        if link is None or link.state != pipelink.LINKED or self.inbox[end].items:
-            return None
-        reading = link.reading
-        with reading.lock:
-            try:
-                item = reading.next(timeout)
-            except pipelink.Unlinked:
-                return None
-            if item is None:
-                return False
-            if item is pipelink.END:
-                return None  # the link is ending: what it carried will be in the pipe
-            if peek:
-                return True
-            reading.pending.popleft()
-            return item
-
-    def _end_link(self, end: int, link: pipelink.Forwarder, unread: list) -> list:
-        self.links[end] = None
-        self.never_link[end] = True
-        self.inbox[end].enqueued -= len(unread)
-        actions = self.inbox[end].release(unread)
-        if self.watchers[end]:
-            actions += self._wake(end)
-        return actions + [link.close]
 
     def op_watch(self, request, end: int, token: tuple, readiness: ObjectRef) -> None:
         """Tell ``readiness`` once ``end`` has something to read (or EOF); the reply says
@@ -316,7 +175,7 @@ class PipeServant(LockedServant):
             actions = []
             if holders[request.peer] <= 0:
                 del holders[request.peer]
-                link = self.links[end]
+                link = self.links.get(end)
                 if link is not None and link.reader_peer == request.peer:
                     actions = self._unlink(end)  # what it leaves unread stays for the end's other holders
             actions += self._check_end(end)
@@ -335,10 +194,8 @@ class PipeServant(LockedServant):
                 + self.inbox[end].close_readers() + self._wake(other))
 
     def peer_lost(self, peer: int) -> None:
-        for end in (0, 1):  # what a linked job sent before it went is read before its EOF
-            link = self.links[end]
-            if link is not None and link.reader_peer == peer:
-                self._link_lost(end, link)
+        for end, link in self.links_of(peer):  # what it sent before it went is read before EOF
+            self._link_lost(end, link)
         actions: list = []
         with self._lock:
             for end in (0, 1):
@@ -450,7 +307,7 @@ class Connection:
             except pipelink.Unlinked:
                 reader.wait_done()
         elif (self._servant is not None or self._ref.is_local) and \
-                self._local_servant().forward_linked(self._end, payload):
+                self._local_servant().send_local(self._end, payload):
             return
         self._ref.cast("send", self._end, payload)
 
@@ -502,7 +359,7 @@ class Connection:
         if self._signal is not None:
             self._signal.rearm()
         elif not self._ref.is_local:
-            pipelink.read_through_hub(self._ref, self._end)
+            pipelink.used_through_hub(self._ref, self._end)
         return payload
 
     def recv(self) -> Any:

@@ -183,19 +183,20 @@ class LinkedReader:
         link.on_lost(self._wake_reader)
 
     # -- reading ----------------------------------------------------------------------
-    def receive(self) -> Payload:
-        """The next message (``EOFError`` at EOF; :class:`Unlinked`: read through the hub
-        after :meth:`wait_done`)."""
+    def receive(self, timeout: float | None = None) -> Payload | None:
+        """The next message, None after ``timeout`` (``EOFError`` at EOF; :class:`Unlinked`:
+        read through the hub after :meth:`wait_done`)."""
         reading = self.reading
         with reading.lock:
             try:
-                item = reading.next(None)
+                item = reading.next(timeout)
             except Unlinked:
                 self._lost_drained()
                 raise
             if item is EOF:
                 raise EOFError
-            reading.pending.popleft()
+            if item is not None:
+                reading.pending.popleft()
             return item
 
     def poll(self, timeout: float | None) -> bool:
@@ -297,14 +298,15 @@ def reader_of(ref: ObjectRef, end: int) -> LinkedReader | None:
     return _readers.get((ref.address, ref.oid, end)) if _readers else None
 
 
-def read_through_hub(ref: ObjectRef, end: int) -> None:
-    """Count a read of a remote end through its hub; ask for a link once it is worth it."""
-    key = (ref.address, ref.oid, end)
+def used_through_hub(ref: ObjectRef, slot: Any) -> None:
+    """Count a use of a remote slot (a pipe's end read, a queue's get or put) through its
+    hub; ask for a link once it is worth it."""
+    key = (ref.address, ref.oid, slot)
     _reads[key] += 1
     count = _reads[key]
     if count >= _next_ask.get(key, LINK_AFTER):
         _next_ask[key] = count * 4  # asked now: if refused, later and more rarely
-        _try_link(ref, end)
+        _try_link(ref, slot)
 
 
 def _mailbox_ref() -> ObjectRef:
@@ -354,7 +356,23 @@ def _owner_ready(link: Link) -> bool:
     return False
 
 
-def unlink_own(ref: ObjectRef, end: int) -> None:
+UNLINK_AT_EXIT_SECONDS = 15.0
+
+
+def unlink_all(timeout: float = UNLINK_AT_EXIT_SECONDS) -> None:
+    """At exit: hand back what this job's links received and it did not read, so that
+    it stays with the pipes and queues it was sent to, and let what it sent over them
+    land (``timeout``: then give up)."""
+    readers = list(_readers.values())
+    if not readers:
+        return
+    thread = threading.Thread(target=lambda: [unlink_own(r.ref, r.end) for r in readers],
+                              daemon=True, name="fiberlite-unlink-at-exit")
+    thread.start()
+    thread.join(timeout)
+
+
+def unlink_own(ref: ObjectRef, end: Any) -> None:
     """End this job's link for the end (before ``fileno``/``wait``/``close``) and wait
     until what it had not read is back with the pipe's owner."""
     reader = reader_of(ref, end)

@@ -324,6 +324,9 @@ def _at_exit() -> None:
     launcher = sys.modules.get("fiberlite.launcher")
     if launcher is not None:
         launcher.join_watchers(WATCHER_JOIN_SECONDS)
+    pipelink = sys.modules.get("fiberlite.pipelink")
+    if pipelink is not None:  # what this job was sent and did not read goes back
+        pipelink.unlink_all()
     hub = sys.modules.get("fiberlite.hub")
     if hub is not None:
         hub.shutdown()

@@ -5,46 +5,87 @@ it over their authenticated connection to that hub. Items are pickled by the put
 and unpickled only by the getter. A put to an unbounded queue does not wait for the
 hub's answer (like ``multiprocessing``'s feeder thread); a job waits for all its puts
 to land before it exits, and ``join_thread()`` waits for them too.
+
+An unbounded queue that one job alone gets from, or (but for a JoinableQueue) that
+one job alone puts into while its creator gets, is linked to that job
+(:mod:`fiberlite.pipelink`): items then travel straight between the two processes.
 """
 from __future__ import annotations
 
 import queue
+import time
 from typing import Any
 
-from . import handles
+from . import handles, pipelink
 from .channel import Channel
-from .hub import LockedServant, ObjectRef
+from .hub import LOCAL_PEER, ObjectRef, get_hub
+from .linkhost import LinkingServant
 from .wire.codec import Payload
 
 Empty = queue.Empty
 Full = queue.Full
 
 
-class QueueServant(LockedServant):
+GET, PUT = "get", "put"  # link slots: a job that only gets, a job that only puts
+
+
+class QueueServant(LinkingServant):
     """The state of one queue, in its creator's hub."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, joinable: bool = False) -> None:
         super().__init__()
         self.channel = Channel(maxsize)
         self.done = 0
         self.joiners: list = []
+        if maxsize:  # a put must wait for room: it cannot go ahead over a link
+            self.never_link.update((GET, PUT))
+        if joinable:  # join() must count what is on its way over a link (items taken
+            self.never_link.add(PUT)  # from a PUT link are not counted in `enqueued`)
 
     @property
     def unfinished(self) -> int:
         return self.channel.enqueued - self.done
 
+    # -- links: GET forwards items to a job, PUT brings a job's items to this process --------
+    def _forward_channel(self, slot: str) -> Channel | None:
+        return self.channel if slot == GET else None
+
+    def _return_channel(self, slot: str) -> Channel | None:
+        return self.channel if slot == PUT else None
+
+    def _may_link(self, slot: str, peer: int) -> bool:
+        waiting = [w for w in self.channel.getters if not w.done]
+        if slot == GET:  # the job is the only one getting
+            return PUT not in self.links and not waiting and not self.channel.held
+        # this process is the only one getting
+        return GET not in self.links and all(w.request.peer == LOCAL_PEER for w in waiting)
+
     def op_put(self, request, payload: Payload, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
-            actions = self.channel.put(request, payload, block, timeout, self.schedule_expiry)
+            # another producer than the job linked to PUT (it puts over its link): unlink
+            actions = self._unlink(PUT) if PUT in self.links else []
+            sent = self._forward(GET, payload)
+            if sent:
+                actions.append(request.reply)
+            else:
+                if sent is False:  # the job leaves them unread until the link is full
+                    actions += self._unlink(GET)
+                actions += self.channel.put(request, payload, block, timeout, self.schedule_expiry)
         self.run_actions(actions)
 
     def op_get(self, request, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
-            actions = self.channel.get(request, block, timeout, self.schedule_expiry)
+            actions = self._unlink(GET)  # another getter: the linked job hands back first
+            if request.peer != LOCAL_PEER:
+                actions += self._unlink(PUT)
+            actions += self.channel.get(request, block, timeout, self.schedule_expiry)
         self.run_actions(actions)
 
     def op_qsize(self, request) -> None:
+        with self._lock:  # counted here: what a link holds comes back first
+            actions = self._unlink(GET) + self._unlink(PUT)
         request.reply(len(self.channel.items))
+        self.run_actions(actions)
 
     def op_task_done(self, request) -> None:
         with self._lock:
@@ -67,6 +108,8 @@ class QueueServant(LockedServant):
         request.reply()
 
     def peer_lost(self, peer: int) -> None:
+        for slot, link in self.links_of(peer):
+            self._link_lost(slot, link)
         with self._lock:
             self.channel.drop_peer(peer)
             self.joiners = [r for r in self.joiners if r.peer != peer]
@@ -75,11 +118,15 @@ class QueueServant(LockedServant):
 class Queue:
     """A process-shared FIFO queue (``multiprocessing.Queue``)."""
 
+    _joinable = False
+    _servant: QueueServant | None = None  # when it lives in this process
+
     def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
         if maxsize < 0:
             maxsize = 0
         self._maxsize = maxsize
-        self._ref = handles.register(self, QueueServant(maxsize))
+        self._servant = QueueServant(maxsize, self._joinable)
+        self._ref = handles.register(self, self._servant)
         self._closed = False
 
     def __reduce__(self):
@@ -96,12 +143,12 @@ class Queue:
         if self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
         else:  # an unbounded queue never makes a put wait
-            self._ref.cast("put", Payload.pack(obj), block, timeout)
+            _put(self, Payload.pack(obj))
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return an item; wait up to ``timeout`` (``queue.Empty`` after)."""
         self._check_open()
-        return self._ref.call("get", block, timeout).unpack()
+        return _get(self, block, timeout).unpack()
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -138,6 +185,8 @@ class Queue:
 class JoinableQueue(Queue):
     """A Queue with ``task_done()`` and ``join()``."""
 
+    _joinable = True
+
     def task_done(self) -> None:
         """Mark one item taken with get() as processed."""
         self._ref.call("task_done")
@@ -150,8 +199,11 @@ class JoinableQueue(Queue):
 class SimpleQueue:
     """An unbounded queue with ``get``, ``put``, ``empty`` and ``close``."""
 
+    _servant: QueueServant | None = None
+
     def __init__(self, *, ctx: Any = None) -> None:
-        self._ref = handles.register(self, QueueServant(0))
+        self._servant = QueueServant(0)
+        self._ref = handles.register(self, self._servant)
         self._closed = False
 
     def __reduce__(self):
@@ -164,11 +216,11 @@ class SimpleQueue:
 
     def put(self, obj: Any) -> None:
         self._check_open()
-        self._ref.cast("put", Payload.pack(obj), True, None)
+        _put(self, Payload.pack(obj))
 
     def get(self) -> Any:
         self._check_open()
-        return self._ref.call("get", True, None).unpack()
+        return _get(self, True, None).unpack()
 
     def empty(self) -> bool:
         return self._ref.call("qsize") == 0
@@ -185,5 +237,56 @@ def _rebuild(cls: type, ref: ObjectRef, maxsize: int) -> Any:
     obj._ref = ref
     obj._maxsize = maxsize
     obj._closed = False
+    if ref.is_local:  # back in the process that serves it
+        obj._servant = get_hub().servant(ref.oid)
     handles.loaded(obj, ref)
     return obj
+
+
+def _put(handle: Any, payload: Payload) -> None:
+    """Put on an unbounded queue: over a link if there is one, else a one-way request."""
+    ref, servant = handle._ref, handle._servant
+    reader = pipelink.reader_of(ref, PUT)
+    if reader is not None:
+        try:
+            return reader.send(payload)
+        except pipelink.Unlinked:
+            reader.wait_done()
+    elif servant is not None:
+        if servant.forward_local(GET, payload):
+            return
+    ref.cast("put", payload, True, None)
+    if servant is None:
+        pipelink.used_through_hub(ref, PUT)
+
+
+def _get(handle: Any, block: bool, timeout: float | None) -> Payload:
+    """Take the next item: from a link if there is one, else through the hub."""
+    ref, servant = handle._ref, handle._servant
+    wait = timeout if block else 0.0
+    deadline = None if wait is None else time.monotonic() + max(0.0, wait)
+    while True:
+        reader = pipelink.reader_of(ref, GET)
+        if reader is not None:
+            try:
+                payload = reader.receive(wait)
+            except pipelink.Unlinked:
+                reader.wait_done()
+            else:
+                if payload is None:
+                    raise Empty
+                return payload
+        elif servant is not None:
+            payload = servant.receive_returned(PUT, wait)
+            if payload is False:
+                raise Empty
+            if payload is not None:
+                return payload
+        payload = ref.call("get", block, wait)
+        if payload is not pipelink.RETRY:  # (RETRY: a link was made meanwhile)
+            break
+        if deadline is not None:
+            wait = max(0.0, deadline - time.monotonic())
+    if servant is None:
+        pipelink.used_through_hub(ref, GET)
+    return payload

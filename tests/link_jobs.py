@@ -88,3 +88,56 @@ def echo_many_kinds(conn) -> None:
         else:
             conn.send((kind, item))
     conn.send(is_linked(conn))
+
+
+# -- queues ----------------------------------------------------------------------------------
+def queue_link_slots(q) -> list:
+    """The slots of ``q`` this process has links for ("get", "put")."""
+    return sorted(key[2] for key in pipelink._readers if key[:2] == (q._ref.address, q._ref.oid))
+
+
+def get_then_idle(q, count: int, out, stay) -> None:
+    """Get ``count`` items, report them and this job's links of ``q``, then keep still
+    (with what its link holds) until ``stay`` is set."""
+    items = [q.get(timeout=60) for _ in range(count)]
+    out.put((items, queue_link_slots(q)))
+    stay.wait()
+
+
+def get_then_return(q, count: int, out) -> None:
+    items = [q.get(timeout=60) for _ in range(count)]
+    out.put((items, queue_link_slots(q)))
+
+
+def put_many(q, tag, count: int, out=None) -> None:
+    for i in range(count):
+        q.put((tag, i))
+    if out is not None:
+        out.put(queue_link_slots(q))
+
+
+def put_then_stall(q, count: int, out, stay) -> None:
+    for i in range(count):
+        q.put(i)
+    out.put(queue_link_slots(q))
+    stay.wait()
+
+
+def get_with_timeouts(q, count: int, out) -> None:
+    """Get ``count`` items, then try empty gets with and without a timeout."""
+    import queue
+    items = [q.get(timeout=60) for _ in range(count)]
+    results = []
+    for attempt in (lambda: q.get(timeout=0.2), q.get_nowait):
+        try:
+            results.append(attempt())
+        except queue.Empty:
+            results.append("empty")
+    out.put((items, queue_link_slots(q), results))
+    out.put(q.get(timeout=60))
+
+
+def work_and_mark_done(q, count: int) -> None:
+    for _ in range(count):
+        q.get(timeout=60)
+        q.task_done()

@@ -19,15 +19,17 @@ from . import auth, tls
 from .nngio import free_aio, new_aio, take_frame
 
 HANDSHAKE_TIMEOUT_MS = 10_000
-# messages queued on each side: with the sockets' own buffers, what a reader may leave
-# unread before a send fails (a pipe then stops using the link: its owner buffers instead)
-BUFFERED_MESSAGES = 128
+# messages a sender queues (nng's largest queue) and a reader takes ahead: with the
+# sockets' own buffers, what may be left unread before a send fails (the pipe or queue
+# then stops using the link and its owner keeps what comes next)
+SEND_QUEUE = 8192
+RECEIVE_AHEAD = 128
 
 
 def _socket(address_or_host: str, key: bytes, server: bool) -> pynng.Pair0:
     options = {"tls_config": tls.config(key, server=server)} if tls.is_tls(address_or_host) else {}
-    return pynng.Pair0(recv_max_size=0, send_buffer_size=BUFFERED_MESSAGES,
-                       recv_buffer_size=BUFFERED_MESSAGES, **options)
+    return pynng.Pair0(recv_max_size=0, send_buffer_size=SEND_QUEUE,
+                       recv_buffer_size=RECEIVE_AHEAD, **options)
 
 
 class Link:
@@ -35,6 +37,7 @@ class Link:
 
     def __init__(self, sock: pynng.Pair0) -> None:
         self._sock = sock
+        self._nng_socket = sock.socket  # the nng_socket itself (pynng's property makes one per use)
         self._recv_aio = new_aio()
         self._send_aio = new_aio()
         self._msg_p = ffi.new("nng_msg **")
@@ -147,7 +150,7 @@ class Link:
             lib.nng_aio_set_timeout(aio, timeout_ms)
             self._send_timeout = timeout_ms
         lib.nng_aio_set_msg(aio, msg)
-        lib.nng_send_aio(self._sock.socket, aio)
+        lib.nng_send_aio(self._nng_socket, aio)
         lib.nng_aio_wait(aio)
         if lib.nng_aio_result(aio):
             lib.nng_msg_free(msg)  # nng leaves a message it did not send to its sender
@@ -171,9 +174,11 @@ class Link:
         if timeout_ms != self._timeout:
             lib.nng_aio_set_timeout(aio, timeout_ms)
             self._timeout = timeout_ms
-        lib.nng_recv_aio(self._sock.socket, aio)
+        lib.nng_recv_aio(self._nng_socket, aio)
         lib.nng_aio_wait(aio)
-        check_err(lib.nng_aio_result(aio))
+        err = lib.nng_aio_result(aio)
+        if err:
+            check_err(err)
         return lib.nng_aio_get_msg(aio)
 
     def cancel(self) -> None:

@@ -1,0 +1,142 @@
+"""Queues linked to the one job that gets from them, or that puts into them for their
+creator (fiberlite.pipelink): the fast path must keep every guarantee of a queue."""
+from __future__ import annotations
+
+import pytest
+
+import fiberlite
+import link_jobs
+from fiberlite import pipelink
+from fiberlite.hub import get_hub
+
+pytestmark = pytest.mark.timeout(90)
+ENOUGH = pipelink.LINK_AFTER + 12  # uses after which a job's queue is linked
+
+
+def _links(q) -> dict:
+    """The creator's view of the links of ``q``: slot -> state."""
+    return {slot: link.state for slot, link in get_hub().servant(q._ref.oid).links.items()}
+
+
+def test_a_consuming_job_is_linked_and_gets_everything_in_order():
+    q, out, stay = fiberlite.Queue(), fiberlite.Queue(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.get_then_idle, args=(q, 300, out, stay))
+    p.start()
+    for i in range(300):
+        q.put(i)
+    assert out.get(timeout=60) == (list(range(300)), ["get"])
+    assert _links(q) == {"get": pipelink.LINKED}
+    stay.set()
+    p.join()
+
+
+def test_a_producing_job_is_linked_and_its_items_arrive_in_order():
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.put_many, args=(q, "a", 300, out))
+    p.start()
+    assert [q.get(timeout=60) for _ in range(300)] == [("a", i) for i in range(300)]
+    assert out.get(timeout=60) == ["put"]
+    p.join()
+
+
+def _idle_linked_consumer(q, left: int):
+    """A job that gets ENOUGH items over its link, then keeps still with ``left`` more
+    put after them: ``(job, out, stay)``."""
+    out, stay = fiberlite.Queue(), fiberlite.Event()
+    job = fiberlite.Process(target=link_jobs.get_then_idle, args=(q, ENOUGH, out, stay))
+    job.start()
+    for i in range(ENOUGH + left):
+        q.put(i)
+    assert out.get(timeout=60) == (list(range(ENOUGH)), ["get"])
+    return job, out, stay
+
+
+def test_a_second_consumer_gets_exactly_what_the_linked_one_left():
+    q = fiberlite.Queue()
+    first, out, stay = _idle_linked_consumer(q, 30)
+    second = fiberlite.Process(target=link_jobs.get_then_idle, args=(q, 30, out, stay))
+    second.start()
+    items, _ = out.get(timeout=60)
+    assert items == list(range(ENOUGH, ENOUGH + 30))
+    stay.set()
+    first.join()
+    second.join()
+
+
+def test_the_creator_gets_what_an_idle_linked_consumer_left():
+    q = fiberlite.Queue()
+    p, _, stay = _idle_linked_consumer(q, 10)
+    assert [q.get(timeout=60) for _ in range(10)] == list(range(ENOUGH, ENOUGH + 10))
+    stay.set()
+    p.join()
+
+
+def test_a_consumer_that_returns_early_leaves_the_rest_in_the_queue():
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.get_then_return, args=(q, ENOUGH, out))
+    p.start()
+    for i in range(ENOUGH + 10):
+        q.put(i)
+    assert out.get(timeout=60) == (list(range(ENOUGH)), ["get"])
+    p.join()
+    assert q.qsize() == 10
+    assert [q.get(timeout=60) for _ in range(10)] == list(range(ENOUGH, ENOUGH + 10))
+
+
+def test_items_of_a_linked_producer_and_of_another_one_all_arrive():
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    first = fiberlite.Process(target=link_jobs.put_many, args=(q, "a", 200, out))
+    first.start()
+    got = [q.get(timeout=60) for _ in range(ENOUGH)]
+    second = fiberlite.Process(target=link_jobs.put_many, args=(q, "b", 200))
+    second.start()
+    got += [q.get(timeout=60) for _ in range(400 - ENOUGH)]
+    for tag in "ab":  # nothing lost or twice, each producer's items in its order
+        assert [i for t, i in got if t == tag] == list(range(200))
+    first.join()
+    second.join()
+    assert out.get(timeout=60) == ["put"]
+
+
+def test_what_a_killed_linked_producer_put_still_arrives():
+    q, out, stay = fiberlite.Queue(), fiberlite.Queue(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.put_then_stall, args=(q, ENOUGH, out, stay))
+    p.start()
+    assert out.get(timeout=60) == ["put"]
+    p.kill()
+    p.join()
+    assert [q.get(timeout=60) for _ in range(ENOUGH)] == list(range(ENOUGH))
+
+
+def test_a_linked_consumer_times_out_and_keeps_going():
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.get_with_timeouts, args=(q, ENOUGH, out))
+    p.start()
+    for i in range(ENOUGH):
+        q.put(i)
+    assert out.get(timeout=60) == (list(range(ENOUGH)), ["get"], ["empty", "empty"])
+    q.put("after")
+    assert out.get(timeout=60) == "after"
+    p.join()
+
+
+def test_joinable_queue_counts_what_its_link_carries():
+    q = fiberlite.JoinableQueue()
+    p = fiberlite.Process(target=link_jobs.work_and_mark_done, args=(q, 200))
+    p.start()
+    for i in range(200):
+        q.put(i)
+    q.join()  # returns once the job marked every item done, linked or not
+    assert _links(q) == {"get": pipelink.LINKED}
+    p.join()
+
+
+def test_a_bounded_queue_is_never_linked():
+    q, out = fiberlite.Queue(maxsize=5), fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.get_then_return, args=(q, 100, out))
+    p.start()
+    for i in range(100):
+        q.put(i)
+    assert out.get(timeout=60) == (list(range(100)), [])
+    assert _links(q) == {}
+    p.join()
