@@ -383,7 +383,7 @@ def unlink_own(ref: ObjectRef, end: Any) -> None:
     except (ConnectionError, ReferenceError):
         asked = False  # the owner has gone
     if not asked:  # the owner has no link for it (any more): nothing more comes over it
-        reader.unlink(reader.received)
+        reader.unlink(reader.reading.received)
     reader.wait_done()
 
 

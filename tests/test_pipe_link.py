@@ -262,3 +262,19 @@ def test_with_tls_the_link_uses_tls_too(tmp_path):
                          capture_output=True, text=True, timeout=80)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "tls+tcp"
+
+
+def test_a_job_whose_pipe_owner_is_gone_drops_its_link_without_waiting():
+    key = runtime.key()
+    listener = Link.listen("127.0.0.1", key, use_tls=False)
+    thread, accepted = _accept_in_thread(listener, key)
+    owner_side = Link.dial(listener.address, key)
+    thread.join()
+    assert accepted == [True]
+    gone = fiberlite.hub.ObjectRef("tcp://127.0.0.1:9", 1)  # nothing listens there
+    reader = pipelink.LinkedReader(gone, 0, listener, token=12345)
+    pipelink._readers[(gone.address, gone.oid, 0)] = reader
+    owner_side.send(pipelink.item_frame(fiberlite.wire.codec.Payload.pack("unread")))
+    pipelink.unlink_own(gone, 0)  # the owner cannot be asked: the job ends the link itself
+    assert pipelink.reader_of(gone, 0) is None
+    owner_side.close()
