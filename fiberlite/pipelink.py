@@ -1,23 +1,25 @@
-"""Direct links for pipe ends read by another job.
+"""Direct links between a job and the owner of a pipe or queue it uses.
 
-A pipe lives in the hub of the process that created it (its *owner*). Read through the
-hub, each message to a job costs a request from the job and a reply. Once a job has
-read an end a few times, and nobody else holds that end or reads it, the end is
-*linked*: the job listens on a PAIR socket of its own (:class:`~fiberlite.wire.link.Link`),
-the owner dials it, and from then on the owner forwards what is sent to that end as it
-is sent. The job's reading thread receives it straight from the socket.
+A pipe or queue lives in the hub of the process that created it (its *owner*). Used
+through the hub, each message to a job costs a request from the job and a reply, and
+each message from it a hand-over by the hub's thread. Once a job has used a *slot* a
+few times (read a pipe end, got from or put into a queue) and nobody else competes for
+it, the slot is *linked*: the job listens on a PAIR socket of its own
+(:class:`~fiberlite.wire.link.Link`), the owner dials it, and from then on the owner
+forwards what is sent to the job as it is sent, and what the job sends comes straight
+back. Each side's reading thread receives from the socket itself.
 
-A link ends (*unlinks*) as soon as that stops being true: another job attaches the end,
-the owner reads it, the job closes it or waits on it (``fileno``/``wait``), or the job
-leaves messages unread until the link is full. The owner then stops forwarding and asks
-the job to hand back what it received and did not consume; until that comes back the
-end's other readers wait, so nothing is lost or read twice. Sending to the job's end
-never waits for it. If the job dies, what it was sent and had not read dies with it
-(as in any process that dies holding received data); if the owner dies, the job reads
-what had arrived and then fails as a read through the hub would.
+A link ends (*unlinks*) as soon as that stops being true: another process reads the
+end or gets from the queue, the job closes the end or waits on it, the job leaves so
+much unread that the link is full, or the job ends. The owner then stops forwarding
+and asks the job to hand back what it received and did not consume, after a last
+:data:`END` frame behind what the job sent; until that is back the slot's other
+readers wait, so nothing is lost or read twice. If the job dies, what it was sent and
+had not read dies with it (as in any process that dies holding received data); if the
+owner dies, the job reads what had arrived and then fails as it would through the hub.
 
-This module holds both sides: :class:`LinkedReader` in the job and :class:`Forwarder`
-in the owner's pipe.
+This module holds the job's side (:class:`LinkedReader`) and the owner's half of each
+link (:class:`Forwarder`); :mod:`fiberlite.linkhost` holds the owner's servant side.
 """
 from __future__ import annotations
 
@@ -170,8 +172,9 @@ class Reading:
 
 # -- the reading job's side ----------------------------------------------------------------
 class LinkedReader:
-    """The end ``end`` of the pipe ``ref``, as used by this job over a link: it reads
-    what the owner forwards and sends into the other end over the same link."""
+    """The slot ``end`` of the pipe or queue ``ref`` (a pipe's end, a queue's "get" or
+    "put"), as used by this job over a link: it reads what the owner forwards and sends
+    what it sends over the same link."""
 
     def __init__(self, ref: ObjectRef, end: int, link: Link, token: int) -> None:
         self.ref, self.end, self.token = ref, end, token
