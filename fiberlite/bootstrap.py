@@ -85,9 +85,8 @@ def main() -> None:
     process._popen = None
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
     from .hub import flush
-    pipelink = sys.modules.get("fiberlite.pipelink")
-    if pipelink is not None:  # what this job was sent and did not read goes back
-        pipelink.unlink_all()
+    from .process import release_links
+    release_links()
     try:
         flush()  # what this job put or sent lands before it is reported gone
     except Exception as exc:

@@ -319,14 +319,20 @@ def _exit_function() -> None:
             child._popen.wait()
 
 
+def release_links() -> None:
+    """Before this process leaves: what its links were sent and it did not read goes
+    back to the pipes and queues it came from (see :mod:`fiberlite.pipelink`)."""
+    pipelink = sys.modules.get("fiberlite.pipelink")
+    if pipelink is not None:
+        pipelink.unlink_all()
+
+
 def _at_exit() -> None:
     _exit_function()
     launcher = sys.modules.get("fiberlite.launcher")
     if launcher is not None:
         launcher.join_watchers(WATCHER_JOIN_SECONDS)
-    pipelink = sys.modules.get("fiberlite.pipelink")
-    if pipelink is not None:  # what this job was sent and did not read goes back
-        pipelink.unlink_all()
+    release_links()
     hub = sys.modules.get("fiberlite.hub")
     if hub is not None:
         hub.shutdown()

@@ -16,7 +16,7 @@ from pynng._nng import ffi, lib
 from pynng.exceptions import check_err
 
 from . import auth, tls
-from .nngio import free_aio, new_aio, take_frame
+from .nngio import TimedAio, take_frame
 
 HANDSHAKE_TIMEOUT_MS = 10_000
 # messages a sender queues (nng's largest queue) and a reader takes ahead: with the
@@ -38,11 +38,9 @@ class Link:
     def __init__(self, sock: pynng.Pair0) -> None:
         self._sock = sock
         self._nng_socket = sock.socket  # the nng_socket itself (pynng's property makes one per use)
-        self._recv_aio = new_aio()
-        self._send_aio = new_aio()
+        self._receiving = TimedAio()
+        self._sending = TimedAio()
         self._msg_p = ffi.new("nng_msg **")
-        self._timeout = -1
-        self._send_timeout: int | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._lost_callbacks: list[Callable[[], None]] = []
@@ -145,10 +143,7 @@ class Link:
             check_err(lib.nng_msg_alloc(msg_p, len(frame)))
             msg = msg_p[0]
             ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
-        aio = self._send_aio
-        if timeout_ms != self._send_timeout:
-            lib.nng_aio_set_timeout(aio, timeout_ms)
-            self._send_timeout = timeout_ms
+        aio = self._sending.set_timeout(timeout_ms)
         lib.nng_aio_set_msg(aio, msg)
         lib.nng_send_aio(self._nng_socket, aio)
         lib.nng_aio_wait(aio)
@@ -170,22 +165,13 @@ class Link:
 
     def _receive(self, timeout_ms: int):
         """The next ``nng_msg`` (the caller frees it)."""
-        aio = self._recv_aio
-        if timeout_ms != self._timeout:
-            lib.nng_aio_set_timeout(aio, timeout_ms)
-            self._timeout = timeout_ms
-        lib.nng_recv_aio(self._nng_socket, aio)
-        lib.nng_aio_wait(aio)
-        err = lib.nng_aio_result(aio)
-        if err:
-            check_err(err)
-        return lib.nng_aio_get_msg(aio)
+        return self._receiving.receive(lib.nng_recv_aio, self._nng_socket, timeout_ms)
 
     def cancel(self) -> None:
         """Wake a thread blocked in :meth:`recv` (``pynng.Canceled``); nothing if none is."""
         with self._lock:
             if not self._closed:
-                lib.nng_aio_cancel(self._recv_aio)
+                lib.nng_aio_cancel(self._receiving.aio)
 
     def on_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` (on a thread of its own) once the peer's connection ends."""
@@ -218,5 +204,5 @@ class Link:
         try:
             self._sock.close()
         finally:
-            free_aio(self._recv_aio)
-            free_aio(self._send_aio)
+            self._receiving.free()
+            self._sending.free()

@@ -29,12 +29,11 @@ class Io(pynng.Context):
     """A context of ``socket`` used by one thread at a time."""
 
     def __init__(self, socket: pynng.Socket) -> None:
-        self._send_aio = self._recv_aio = None
+        self._send_aio = self._receiving = None
         self._sending = False
-        self._recv_timeout = -1  # ms, nng's NNG_DURATION_INFINITE
         super().__init__(socket)
         self._send_aio = _new_aio()
-        self._recv_aio = _new_aio()
+        self._receiving = TimedAio()
 
     def send_frame(self, frame, wait: bool = True) -> None:
         """Send a frame of :func:`codec.encode` (bytes, or a Message nng then owns).
@@ -75,14 +74,7 @@ class Io(pynng.Context):
         """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
         :func:`codec.frame_from_message` (large out-of-band frames used in place).
         ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever)."""
-        aio = self._recv_aio
-        if timeout_ms != self._recv_timeout:
-            lib.nng_aio_set_timeout(aio, timeout_ms)
-            self._recv_timeout = timeout_ms
-        lib.nng_ctx_recv(self.context, aio)
-        lib.nng_aio_wait(aio)
-        check_err(lib.nng_aio_result(aio))
-        msg = lib.nng_aio_get_msg(aio)
+        msg = self._receiving.receive(lib.nng_ctx_recv, self.context, timeout_ms)
         pipe = lib.nng_msg_get_pipe(msg)
         return take_frame(msg), lib.nng_pipe_id(pipe), pipe
 
@@ -93,20 +85,45 @@ class Io(pynng.Context):
             pass
         if getattr(self, "_send_aio", None) is not None:
             self.settle()
-        for name in ("_send_aio", "_recv_aio"):
-            aio = getattr(self, name, None)
-            if aio is not None:
-                setattr(self, name, None)
-                lib.nng_aio_free(aio)
+        aio = getattr(self, "_send_aio", None)
+        if aio is not None:
+            self._send_aio = None
+            lib.nng_aio_free(aio)
+        receiving = getattr(self, "_receiving", None)
+        if receiving is not None:
+            self._receiving = None
+            receiving.free()
 
 
-def new_aio():
-    """An ``nng_aio`` without callback, freed by :func:`free_aio`."""
-    return _new_aio()
+class TimedAio:
+    """A reusable ``nng_aio`` (no callback) that remembers the timeout it is set to."""
 
+    __slots__ = ("aio", "_timeout")
 
-def free_aio(aio) -> None:
-    lib.nng_aio_free(aio)
+    def __init__(self) -> None:
+        self.aio = _new_aio()
+        self._timeout: int | None = None
+
+    def set_timeout(self, timeout_ms: int):
+        """The aio, its timeout set to ``timeout_ms`` (-1: none, 0: do not wait)."""
+        if timeout_ms != self._timeout:
+            lib.nng_aio_set_timeout(self.aio, timeout_ms)
+            self._timeout = timeout_ms
+        return self.aio
+
+    def receive(self, start, target, timeout_ms: int):
+        """Receive with ``start(target, aio)`` (``nng_ctx_recv``, ``nng_recv_aio``) and
+        wait: the ``nng_msg`` (the caller frees it), or the nng error raised."""
+        aio = self.set_timeout(timeout_ms)
+        start(target, aio)
+        lib.nng_aio_wait(aio)
+        err = lib.nng_aio_result(aio)
+        if err:
+            check_err(err)
+        return lib.nng_aio_get_msg(aio)
+
+    def free(self) -> None:
+        lib.nng_aio_free(self.aio)
 
 
 def take_frame(msg):
