@@ -19,10 +19,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, finish, optional_import, parser, progress, sized, timeit  # noqa: E402
+from _common import Report, Stats, finish, optional_import, parser, progress, sized  # noqa: E402
 
 REFERENCE = "pynng Pair0"
 STOP = None
@@ -76,53 +77,126 @@ def pipe_echo(conn: Any) -> None:
         conn.send(item)
 
 
-# -- one measurement -------------------------------------------------------------------------
-def ping_pong(send: Callable[[Any], None], recv: Callable[[], Any], message: Any,
-              trips: int, repeats: int, warmup: int):
-    def run() -> None:
+# -- the rows: each sets up its pair of processes once and yields one ping-pong ----------
+class Echo:
+    """A parent and its echoing child, set up once and kept for every round: ``trips``
+    round trips timed on the wall clock and in CPU time (parent and child together)."""
+
+    def __init__(self, send: Callable[[Any], None], recv: Callable[[], Any], child: Any,
+                 stop: Callable[[], None], message: Any) -> None:
+        self.send, self.recv, self.child, self._stop, self.message = send, recv, child, stop, message
+        self._child_cpu = _cpu_clock(child.pid)
+
+    def warm(self, trips: int) -> None:
+        send, recv, message = self.send, self.recv, self.message
         for _ in range(trips):
             send(message)
             recv()
-    for _ in range(warmup):
-        send(message)
-        recv()
-    return timeit(run, repeats=repeats, per=trips)
+
+    def measure(self, trips: int) -> tuple[float, float | None]:
+        """Seconds per round trip, and CPU seconds per round trip (None: not measurable)."""
+        send, recv, message = self.send, self.recv, self.message
+        cpu0, child0 = time.process_time(), self._child_cpu()
+        start = time.perf_counter()
+        for _ in range(trips):
+            send(message)
+            recv()
+        wall = time.perf_counter() - start
+        cpu1, child1 = time.process_time(), self._child_cpu()
+        if child0 is None or child1 is None:
+            return wall / trips, None
+        return wall / trips, (cpu1 - cpu0 + child1 - child0) / trips
+
+    def stop(self) -> None:
+        self._stop()
 
 
-def measure_pynng(ctx: Any, kind: str, message: bytes, sizes: dict):
-    sock, send, recv = pynng_ends(kind, parent=True)
-    sock.listen("tcp://127.0.0.1:0")
-    address = str(sock.listeners[0].local_address)
-    child = ctx.Process(target=pynng_echo, args=(kind, "tcp://" + address))
-    child.start()
+def _cpu_clock(pid: int | None) -> Callable[[], float | None]:
+    """CPU seconds used so far by the process ``pid`` (None when it is not a process of
+    this machine, e.g. a container elsewhere)."""
     try:
-        return ping_pong(send, recv, message, **sizes)
-    finally:
+        import psutil
+        process = psutil.Process(pid) if pid else None
+    except Exception:
+        process = None
+
+    def read() -> float | None:
+        if process is None:
+            return None
+        try:
+            times = process.cpu_times()
+        except Exception:
+            return None
+        return times.user + times.system
+    return read
+
+
+def pynng_row(ctx: Any, kind: str, message: bytes, transport: str = "tcp") -> Echo:
+    """A raw pynng row over ``tcp`` (loopback) or a Linux ``abstract`` socket."""
+    sock, send, recv = pynng_ends(kind, parent=True)
+    if transport == "abstract":
+        address = f"abstract://fiberlite-bench-{os.getpid()}-{id(sock)}"
+        sock.listen(address)
+    else:
+        sock.listen("tcp://127.0.0.1:0")
+        address = "tcp://" + str(sock.listeners[0].local_address)
+    child = ctx.Process(target=pynng_echo, args=(kind, address))
+    child.start()
+
+    def stop() -> None:
         send(PYNNG_STOP)
         child.join()
         sock.close()
+    return Echo(send, recv, child, stop, message)
 
 
-def measure_queues(ctx: Any, message: Any, sizes: dict):
+def queue_row(ctx: Any, message: Any) -> Echo:
     inbox, outbox = ctx.Queue(), ctx.Queue()
     child = ctx.Process(target=queue_echo, args=(inbox, outbox))
     child.start()
-    try:
-        return ping_pong(inbox.put, outbox.get, message, **sizes)
-    finally:
+
+    def stop() -> None:
         inbox.put(STOP)
         child.join()
+    return Echo(inbox.put, outbox.get, child, stop, message)
 
 
-def measure_pipe(ctx: Any, message: Any, sizes: dict):
+def pipe_row(ctx: Any, message: Any) -> Echo:
     mine, theirs = ctx.Pipe()
     child = ctx.Process(target=pipe_echo, args=(theirs,))
     child.start()
-    try:
-        return ping_pong(mine.send, mine.recv, message, **sizes)
-    finally:
+
+    def stop() -> None:
         mine.send(STOP)
         child.join()
+    return Echo(mine.send, mine.recv, child, stop, message)
+
+
+def interleaved(rows: dict[str, Callable[[], Echo]], trips: int, rounds: int, warmup: int
+                ) -> dict[str, tuple[list[float], list[float]]]:
+    """Every row's samples (wall, CPU), measured in ``rounds`` rounds that each time every
+    row once, in an order that turns from round to round: a machine that is slower for a
+    while slows every row alike, not the rows that happened to run then."""
+    names = list(rows)
+    echoes: dict[str, Echo] = {}
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
+    try:
+        for name in names:
+            progress(f"starting {name} ...")
+            echoes[name] = rows[name]()
+            echoes[name].warm(warmup)
+        for round_ in range(rounds):
+            progress(f"round {round_ + 1}/{rounds}")
+            shift = round_ % len(names)
+            for name in names[shift:] + names[:shift]:
+                wall, cpu = echoes[name].measure(trips)
+                samples[name][0].append(wall)
+                if cpu is not None:
+                    samples[name][1].append(cpu)
+    finally:
+        for echo in echoes.values():
+            echo.stop()
+    return samples
 
 
 def main() -> None:
@@ -130,33 +204,45 @@ def main() -> None:
     p.add_argument("--payload", type=int, default=8, metavar="BYTES",
                    help="size of the message sent back and forth (default 8)")
     args = p.parse_args()
-    sizes = {"trips": sized(args, 2000, 100), "repeats": sized(args, 7, 3), "warmup": sized(args, 200, 20)}
+    trips, rounds, warmup = sized(args, 2000, 100), sized(args, 15, 2), sized(args, 300, 20)
     message = b"x" * max(1, args.payload)
     report = Report("queue_latency", "round trip parent -> child -> parent, one small message",
-                    payload_bytes=len(message), **sizes)
-    section = report.section(
-        "roundtrip", f"round trip, {len(message)}-byte message", unit="round trip", reference=REFERENCE,
-        note="pynng rows send raw bytes over tcp://127.0.0.1; the others pickle a bytes object")
+                    payload_bytes=len(message), trips=trips, rounds=rounds, warmup=warmup)
+    note = ("pynng rows send raw bytes over tcp://127.0.0.1; the others pickle a bytes object. "
+            f"Rows interleaved: {rounds} rounds of {trips} round trips each")
+    wall = report.section("roundtrip", f"round trip, {len(message)}-byte message", unit="round trip",
+                          reference=REFERENCE, note=note)
+    cpu = report.section("cpu", f"CPU time per round trip, parent and child together, "
+                         f"{len(message)}-byte message", unit="round trip", reference=REFERENCE,
+                         note="user + system time of both processes, all their threads")
 
     spawn = multiprocessing.get_context("spawn")
     import fiberlite
-    rows: list[tuple[str, Callable[[], Any]]] = [
-        ("pynng Pair0", lambda: measure_pynng(spawn, "pair", message, sizes)),
-        ("pynng Req0/Rep0", lambda: measure_pynng(spawn, "req", message, sizes)),
-        ("pynng Pair0, fiberlite frames", lambda: measure_pynng(spawn, "framed", message, sizes)),
-        ("mp Queue (spawn)", lambda: measure_queues(spawn, message, sizes)),
-        ("mp Pipe (spawn)", lambda: measure_pipe(spawn, message, sizes)),
-        ("fiberlite Queue", lambda: measure_queues(fiberlite, message, sizes)),
-        ("fiberlite Pipe", lambda: measure_pipe(fiberlite, message, sizes)),
-    ]
+    rows: dict[str, Callable[[], Echo]] = {
+        "pynng Pair0": lambda: pynng_row(spawn, "pair", message),
+        "pynng Req0/Rep0": lambda: pynng_row(spawn, "req", message),
+        "pynng Pair0, fiberlite frames": lambda: pynng_row(spawn, "framed", message),
+    }
+    if sys.platform.startswith("linux"):  # the transport of fiberlite's links between local jobs
+        rows["pynng Pair0, abstract socket"] = lambda: pynng_row(spawn, "pair", message, "abstract")
+    rows |= {
+        "mp Queue (spawn)": lambda: queue_row(spawn, message),
+        "mp Pipe (spawn)": lambda: pipe_row(spawn, message),
+        "fiberlite Queue": lambda: queue_row(fiberlite, message),
+        "fiberlite Pipe": lambda: pipe_row(fiberlite, message),
+    }
     loky = optional_import("loky.backend")
     if loky is not None:
         lctx = loky.get_context("loky")
-        rows += [("loky Queue", lambda: measure_queues(lctx, message, sizes)),
-                 ("loky Pipe", lambda: measure_pipe(lctx, message, sizes))]
-    for name, measure in rows:
-        progress(f"measuring {name} ...")
-        section.add(name, measure())
+        rows["loky Queue"] = lambda: queue_row(lctx, message)
+        rows["loky Pipe"] = lambda: pipe_row(lctx, message)
+    samples = interleaved(rows, trips, rounds, warmup)
+    for name, (walls, cpus) in samples.items():
+        wall.add(name, Stats(walls))
+        if cpus:
+            cpu.add(name, Stats(cpus))
+        else:
+            cpu.skip(name, "its child's CPU time cannot be read from here")
     finish(report, args)
 
 

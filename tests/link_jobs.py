@@ -19,6 +19,14 @@ def echo_then_report(conn, rounds: int) -> None:
     conn.send(("linked", is_linked(conn)))
 
 
+def echo_then_report_transport(conn, rounds: int) -> None:
+    """Echo ``rounds`` messages, then send the scheme of the link's address (None: no link)."""
+    for _ in range(rounds):
+        conn.send(conn.recv())
+    reader = pipelink.reader_of(conn._ref, conn._end)
+    conn.send(None if reader is None else reader.link.address.split("://")[0])
+
+
 def read_then_idle(conn, count: int, out, stay) -> None:
     """Read ``count`` messages, report them and whether the end was linked, then keep
     the end (unread messages included) until ``stay`` is set."""

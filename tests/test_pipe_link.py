@@ -16,6 +16,7 @@ import link_jobs
 from fiberlite import pipelink, runtime
 from fiberlite.errors import AuthenticationError
 from fiberlite.hub import get_hub
+from fiberlite.wire import link as link_module
 from fiberlite.wire.link import Link
 from unpickle_trap import Trace
 
@@ -43,6 +44,17 @@ def test_reader_job_is_linked_and_both_directions_keep_order():
     assert _link_state(a, 1) == pipelink.LINKED
     _echo(a, range(ROUNDS, 200))
     assert a.recv() == ("linked", True)
+    p.join()
+    assert p.exitcode == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="abstract sockets are Linux's")
+def test_a_job_on_this_machine_is_linked_over_a_unix_socket():
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=link_jobs.echo_then_report_transport, args=(b, ROUNDS))
+    p.start()
+    _echo(a, range(ROUNDS))
+    assert a.recv() == "abstract"
     p.join()
     assert p.exitcode == 0
 
@@ -194,7 +206,23 @@ def test_an_end_held_by_another_job_is_not_linked():
     holder.join()
 
 
-# -- the link's own handshake ----------------------------------------------------------------
+# -- the link's own handshake, on each transport a link uses ----------------------------------
+@pytest.fixture(params=["abstract", "tcp"])
+def transport(request, monkeypatch):
+    """Links listen on a Linux abstract socket (jobs of one machine) or on TCP."""
+    if request.param == "abstract" and not link_module.ABSTRACT_SOCKETS:
+        pytest.skip("abstract sockets are Linux's")
+    if request.param == "tcp":
+        monkeypatch.setattr(link_module, "ABSTRACT_SOCKETS", False)
+    return request.param
+
+
+def _listen(key: bytes, transport: str) -> Link:
+    link = Link.listen("127.0.0.1", key, use_tls=False)
+    assert link.address.startswith(transport + "://")
+    return link
+
+
 def _accept_in_thread(link: Link, key: bytes) -> tuple[threading.Thread, list]:
     result: list = []
     thread = threading.Thread(target=lambda: result.append(link.accept(key)))
@@ -202,9 +230,9 @@ def _accept_in_thread(link: Link, key: bytes) -> tuple[threading.Thread, list]:
     return thread, result
 
 
-def test_a_link_peer_without_the_key_is_refused_both_ways():
+def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
     key = runtime.key()
-    listener = Link.listen("127.0.0.1", key, use_tls=False)
+    listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
     with pytest.raises(AuthenticationError):
         Link.dial(listener.address, os.urandom(32))
@@ -212,7 +240,7 @@ def test_a_link_peer_without_the_key_is_refused_both_ways():
     assert accepted == [False]
     listener.close()
 
-    impostor = Link.listen("127.0.0.1", os.urandom(32), use_tls=False)
+    impostor = _listen(os.urandom(32), transport)
     thread, accepted = _accept_in_thread(impostor, os.urandom(32))
     with pytest.raises(AuthenticationError):
         Link.dial(impostor.address, key)  # it cannot prove the run's key: nothing is sent to it
@@ -220,9 +248,9 @@ def test_a_link_peer_without_the_key_is_refused_both_ways():
     impostor.close()
 
 
-def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path):
+def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, transport):
     key = runtime.key()
-    listener = Link.listen("127.0.0.1", key, use_tls=False)
+    listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
     marker = tmp_path / "unpickled"
     with pynng.Pair0(dial=listener.address) as attacker:

@@ -8,6 +8,9 @@ can be cancelled from another thread; a send never blocks (False: the link is fu
 """
 from __future__ import annotations
 
+import os
+import secrets
+import sys
 import threading
 from typing import Callable
 
@@ -24,12 +27,30 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # then stops using the link and its owner keeps what comes next)
 SEND_QUEUE = 8192
 RECEIVE_AHEAD = 128
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+ABSTRACT_SOCKETS = sys.platform.startswith("linux")  # nng's abstract:// transport
 
 
 def _socket(address_or_host: str, key: bytes, server: bool) -> pynng.Pair0:
     options = {"tls_config": tls.config(key, server=server)} if tls.is_tls(address_or_host) else {}
     return pynng.Pair0(recv_max_size=0, send_buffer_size=SEND_QUEUE,
                        recv_buffer_size=RECEIVE_AHEAD, **options)
+
+
+def _listen(sock: pynng.Pair0, host: str, use_tls: bool) -> str:
+    """Make ``sock`` listen for a writer that reaches this process at ``host``; the
+    address to give it."""
+    if host in LOOPBACK and not use_tls and ABSTRACT_SOCKETS:
+        address = f"abstract://fiberlite-{os.getpid()}-{secrets.token_hex(8)}"
+        try:
+            sock.listen(address)
+            return address
+        except pynng.NNGException:
+            pass  # (abstract sockets refused here: TCP does the job)
+    scheme = tls.SCHEME if use_tls else tls.PLAIN
+    sock.listen(f"{scheme}{host if host in LOOPBACK else '0.0.0.0'}:0")
+    port = str(sock.listeners[0].local_address).rsplit(":", 1)[1]
+    return f"{scheme}{host}:{port}"
 
 
 class Link:
@@ -52,18 +73,18 @@ class Link:
     # -- making one ----------------------------------------------------------------------
     @classmethod
     def listen(cls, host: str, key: bytes, use_tls: bool) -> "Link":
-        """A link waiting for its writer on ``host`` (its address: :attr:`address`)."""
-        scheme = tls.SCHEME if use_tls else tls.PLAIN
-        sock = _socket(scheme, key, server=True)
-        bind_host = host if host in ("127.0.0.1", "localhost", "::1") else "0.0.0.0"
+        """A link waiting for its writer on ``host`` (its address: :attr:`address`): a
+        Linux abstract socket when ``host`` is this machine's loopback (the writer is on
+        the same machine, and a Unix socket is cheaper than TCP), else TCP (TLS with
+        ``use_tls``)."""
+        sock = _socket(tls.SCHEME if use_tls else tls.PLAIN, key, server=True)
         try:
-            sock.listen(f"{scheme}{bind_host}:0")
+            address = _listen(sock, host, use_tls)
         except BaseException:
             sock.close()
             raise
         link = cls(sock)
-        port = str(sock.listeners[0].local_address).rsplit(":", 1)[1]
-        link.address = f"{scheme}{host}:{port}"
+        link.address = address
         return link
 
     def accept(self, key: bytes) -> bool:
@@ -134,6 +155,12 @@ class Link:
         One thread sends at a time, and never while the link is being closed."""
         if self._closed:
             return False
+        if type(frame) is bytes:  # room in the queue, as nearly always: one call, no aio
+            err = lib.nng_send(self._nng_socket, frame, len(frame), lib.NNG_FLAG_NONBLOCK)
+            if not err:
+                return True
+            if err != lib.NNG_EAGAIN or not timeout_ms:
+                return False
         if isinstance(frame, pynng.Message):
             with frame._mem_freed_lock:
                 frame._mem_freed = True
@@ -158,7 +185,7 @@ class Link:
         while True:
             msg = self._receive(timeout_ms)
             pipe = lib.nng_msg_get_pipe(msg)
-            if lib.nng_pipe_id(pipe) == self._peer:
+            if pipe.id == self._peer:
                 return take_frame(msg)
             lib.nng_msg_free(msg)  # from a connection that never proved the key
             lib.nng_pipe_close(pipe)

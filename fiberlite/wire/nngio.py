@@ -76,7 +76,7 @@ class Io(pynng.Context):
         ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever)."""
         msg = self._receiving.receive(lib.nng_ctx_recv, self.context, timeout_ms)
         pipe = lib.nng_msg_get_pipe(msg)
-        return take_frame(msg), lib.nng_pipe_id(pipe), pipe
+        return take_frame(msg), pipe.id, pipe
 
     def __del__(self) -> None:
         try:
