@@ -33,6 +33,8 @@ _LENGTH = struct.Struct("<Q")
 PROTOCOL = 5
 _PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
 OUT_OF_BAND_MIN = 64 * 1024  # smaller payloads are cheaper to copy into the pickle
+_new_object = object.__new__
+_pickle_dumps = pickle.dumps
 
 
 class Payload:
@@ -49,7 +51,11 @@ class Payload:
         """Pickle ``obj`` (functions and classes of ``__main__`` by value)."""
         kind = type(obj)
         if kind in _PLAIN and (kind is not bytes or len(obj) < OUT_OF_BAND_MIN):
-            return cls(pickle.dumps(obj, protocol=PROTOCOL))  # as cloudpickle, without its set-up
+            # as cloudpickle would, without its set-up; no __init__ call: this is hot
+            payload = _new_object(cls)
+            payload.data = _pickle_dumps(obj, PROTOCOL)
+            payload.buffers = []
+            return payload
         return cls(*dumps(obj))
 
     @classmethod

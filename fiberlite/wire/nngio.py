@@ -135,7 +135,7 @@ def take_frame(msg):
     if size >= ZERO_COPY_MIN and ffi.buffer(body, 4)[:] != b"\x00\x00\x00\x00":
         owner = ffi.gc(body, lambda _p, m=msg: lib.nng_msg_free(m))
         return ffi.buffer(owner, size)
-    frame = ffi.buffer(body, size)[:]
+    frame = ffi.unpack(body, size)
     lib.nng_msg_free(msg)
     return frame
 
