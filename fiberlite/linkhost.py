@@ -204,14 +204,11 @@ class LinkingServant(LockedServant):
         reading = link.reading
         with reading.lock:
             try:
-                item = reading.next(timeout)
+                item = reading.next(timeout) if peek else reading.take(timeout)
             except pipelink.Unlinked:
                 return None
             if item is None:
                 return False
             if item is pipelink.END:
                 return None  # the link is ending: what it carried will be in the channel
-            if peek:
-                return True
-            reading.pending.popleft()
-            return item
+            return True if peek else item

@@ -42,6 +42,7 @@ from .wire.tls import host_port
 LINK_AFTER = 8  # reads through the hub before a job asks for a link (short-lived pipes never do)
 DRAIN_TIMEOUT_MS = 30_000  # frames the owner sent before unlinking are on their way: wait for them
 CANCEL_RETRY_SECONDS = 0.02
+CANCEL_RETRY_MS = int(CANCEL_RETRY_SECONDS * 1000)
 LOST_POLL_MS = 100  # waiting for what a peer sent, how often to look whether it has gone
 LOST_WAIT_MS = 5_000  # how long a peer whose hub connection ended may keep its link
 
@@ -117,6 +118,27 @@ class Reading:
         :class:`Unlinked` once stopped, or once the link is lost and drained. The lock is held."""
         if self.pending:
             return self.pending[0]
+        item = self._receive(timeout)
+        if item is not None:
+            self.pending.append(item)
+        return item
+
+    def take(self, timeout: float | None) -> Any:
+        """As :meth:`next`, but a :class:`Payload` is consumed (taken out of
+        :attr:`pending`); a marker (:data:`EOF`, :data:`END`) stays for the next reader."""
+        pending = self.pending
+        if pending:
+            item = pending[0]
+            if type(item) is Payload:
+                pending.popleft()
+            return item
+        item = self._receive(timeout)
+        if item is not None and type(item) is not Payload:
+            pending.append(item)
+        return item
+
+    def _receive(self, timeout: float | None) -> Any:
+        """The next item from the link (None after ``timeout``)."""
         wait_ms = -1 if timeout is None else max(0, int(timeout * 1000))
         while True:
             if self.stopped:
@@ -131,9 +153,7 @@ class Reading:
             except (pynng.Canceled, pynng.Closed):
                 continue  # woken to look at the state again
             self.received += 1
-            item = read_frame(frame)
-            self.pending.append(item)
-            return item
+            return read_frame(frame)
 
     def stop(self) -> None:
         """Make readers give up, and take the lock (woken if blocked on the link)."""
@@ -192,14 +212,12 @@ class LinkedReader:
         reading = self.reading
         with reading.lock:
             try:
-                item = reading.next(timeout)
+                item = reading.take(timeout)
             except Unlinked:
                 self._lost_drained()
                 raise
             if item is EOF:
                 raise EOFError
-            if item is not None:
-                reading.pending.popleft()
             return item
 
     def poll(self, timeout: float | None) -> bool:
@@ -221,7 +239,7 @@ class LinkedReader:
         frame = item_frame(payload)
         with self._send_lock:
             while self._sending:
-                if self.link.send(frame, timeout_ms=int(CANCEL_RETRY_SECONDS * 1000)):
+                if self.link.send(frame, CANCEL_RETRY_MS):
                     return
                 if self.link.lost:
                     break
