@@ -87,6 +87,25 @@ def timeit(fn: Callable[[], Any], repeats: int = 5, warmup: int = 0, per: int = 
     return Stats(samples)
 
 
+def interleave(measures: dict[str, Callable[[], Any]], rounds: int, warmup: int = 0,
+               label: str = "") -> dict[str, list[Any]]:
+    """Each of ``measures`` called once per round for ``rounds`` rounds (after ``warmup``
+    untimed rounds), in an order that turns by one each round: a stretch of time when
+    the machine is slower weighs on every row alike, not on the rows that ran then.
+    Returns what each call returned, per name, in round order."""
+    names = list(measures)
+    samples: dict[str, list[Any]] = {name: [] for name in names}
+    for round_ in range(warmup + rounds):
+        if label:
+            progress(f"{label}: round {round_ + 1}/{warmup + rounds}")
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            sample = measures[name]()
+            if round_ >= warmup:
+                samples[name].append(sample)
+    return samples
+
+
 def from_samples(samples: Iterable[float], per: int = 1) -> Stats:
     """Stats of durations measured by the caller (seconds per call, divided by ``per``)."""
     values = [s / per for s in samples]

@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, finish, from_samples, optional_import, parser, progress, sized, timeit  # noqa: E402
+from _common import Report, finish, from_samples, interleave, optional_import, parser, sized  # noqa: E402
 
 REFERENCE = "mp spawn"
 
@@ -36,25 +36,25 @@ def noop() -> None:
     pass
 
 
-# -- measurements -----------------------------------------------------------------------------
-def first_message(ctx: Any, repeats: int, warmup: int):
-    """Seconds from start() to the child's first message, per repeat."""
+# -- measurements: each call times one sample, in seconds --------------------------------------
+def first_message(ctx: Any) -> Callable[[], float]:
+    """From start() to the child's first message on a queue made once for ``ctx``."""
     queue = ctx.Queue()
-    samples = []
-    for i in range(warmup + repeats):
+
+    def sample() -> float:
         child = ctx.Process(target=say_hello, args=(queue,))
         start = time.perf_counter()
         child.start()
         queue.get()
         elapsed = time.perf_counter() - start
         child.join()
-        if i >= warmup:
-            samples.append(elapsed)
-    return from_samples(samples)
+        return elapsed
+    return sample
 
 
-def start_join_many(ctx: Any, count: int, repeats: int, warmup: int):
-    def run() -> None:
+def start_join_many(ctx: Any, count: int) -> Callable[[], float]:
+    def sample() -> float:
+        start = time.perf_counter()
         children = [ctx.Process(target=noop) for _ in range(count)]
         for child in children:
             child.start()
@@ -62,21 +62,26 @@ def start_join_many(ctx: Any, count: int, repeats: int, warmup: int):
             child.join()
             if child.exitcode != 0:
                 raise RuntimeError(f"{child} exited with {child.exitcode}")
-    return timeit(run, repeats=repeats, warmup=warmup)
+        return time.perf_counter() - start
+    return sample
 
 
-def start_join_one(ctx: Any, repeats: int, warmup: int):
-    def run() -> None:
+def start_join_one(ctx: Any) -> Callable[[], float]:
+    def sample() -> float:
+        start = time.perf_counter()
         child = ctx.Process(target=noop)
         child.start()
         child.join()
-    return timeit(run, repeats=repeats, warmup=warmup)
+        return time.perf_counter() - start
+    return sample
 
 
-def popen(code: str, repeats: int, warmup: int):
-    def run() -> None:
+def popen(code: str) -> Callable[[], float]:
+    def sample() -> float:
+        start = time.perf_counter()
         subprocess.Popen([sys.executable, "-c", code]).wait()
-    return timeit(run, repeats=repeats, warmup=warmup)
+        return time.perf_counter() - start
+    return sample
 
 
 def main() -> None:
@@ -97,26 +102,25 @@ def main() -> None:
     if loky is not None:
         contexts.append(("loky", loky.get_context("loky")))
 
-    sections: list[tuple[Any, list[tuple[str, Callable[[], Any]]]]] = []
+    note = "rows interleaved: each repeat times every row once, the order turning"
     first = report.section("first_message", "start() to first message on a queue", unit="process",
-                           reference=REFERENCE)
-    sections.append((first, [(name, lambda c=ctx: first_message(c, repeats, warmup)) for name, ctx in contexts]))
+                           reference=REFERENCE, note=note)
     many = report.section("start_join_many", f"start {count} processes, then join them all",
-                          unit=f"{count} processes", reference=REFERENCE)
-    sections.append((many, [(name, lambda c=ctx: start_join_many(c, count, many_repeats, warmup))
-                            for name, ctx in contexts]))
+                          unit=f"{count} processes", reference=REFERENCE, note=note)
     one = report.section("start_join_one", "start one process and join it", unit="process",
                          reference=REFERENCE,
-                         note="Popen rows: a bare interpreter, no multiprocessing machinery")
-    one_rows = [(name, lambda c=ctx: start_join_one(c, repeats, warmup)) for name, ctx in contexts]
-    one_rows += [('Popen python -c "import pynng"', lambda: popen("import pynng", repeats, warmup)),
-                 ('Popen python -c "pass"', lambda: popen("pass", repeats, warmup))]
-    sections.append((one, one_rows))
-
-    for section, rows in sections:
-        for name, measure in rows:
-            progress(f"measuring {section.key}: {name} ...")
-            section.add(name, measure())
+                         note=note + "; Popen rows: a bare interpreter, no multiprocessing machinery")
+    one_rows = {name: start_join_one(ctx) for name, ctx in contexts}
+    one_rows['Popen python -c "import pynng"'] = popen("import pynng")
+    one_rows['Popen python -c "pass"'] = popen("pass")
+    runs: list[tuple[Any, dict[str, Callable[[], float]], int]] = [
+        (first, {name: first_message(ctx) for name, ctx in contexts}, repeats),
+        (many, {name: start_join_many(ctx, count) for name, ctx in contexts}, many_repeats),
+        (one, one_rows, repeats),
+    ]
+    for section, rows, rounds in runs:
+        for name, samples in interleave(rows, rounds, warmup, label=section.key).items():
+            section.add(name, from_samples(samples))
     finish(report, args)
 
 

@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, Stats, finish, optional_import, parser, progress, sized  # noqa: E402
+from _common import Report, Stats, finish, interleave, optional_import, parser, progress, sized  # noqa: E402
 
 REFERENCE = "pynng Pair0"
 STOP = None
@@ -114,10 +114,10 @@ class Echo:
 def _cpu_clock(pid: int | None) -> Callable[[], float | None]:
     """CPU seconds used so far by the process ``pid`` (None when it is not a process of
     this machine, e.g. a container elsewhere)."""
+    import psutil
     try:
-        import psutil
         process = psutil.Process(pid) if pid else None
-    except Exception:
+    except (psutil.Error, ValueError):
         process = None
 
     def read() -> float | None:
@@ -125,7 +125,7 @@ def _cpu_clock(pid: int | None) -> Callable[[], float | None]:
             return None
         try:
             times = process.cpu_times()
-        except Exception:
+        except psutil.Error:
             return None
         return times.user + times.system
     return read
@@ -172,31 +172,23 @@ def pipe_row(ctx: Any, message: Any) -> Echo:
     return Echo(mine.send, mine.recv, child, stop, message)
 
 
-def interleaved(rows: dict[str, Callable[[], Echo]], trips: int, rounds: int, warmup: int
-                ) -> dict[str, tuple[list[float], list[float]]]:
-    """Every row's samples (wall, CPU), measured in ``rounds`` rounds that each time every
-    row once, in an order that turns from round to round: a machine that is slower for a
-    while slows every row alike, not the rows that happened to run then."""
-    names = list(rows)
+def measure_rows(rows: dict[str, Callable[[], Echo]], trips: int, rounds: int, warmup: int
+                 ) -> dict[str, tuple[list[float], list[float]]]:
+    """Every row's samples (wall, CPU): each row set up and warmed up with ``warmup``
+    round trips, then ``rounds`` interleaved rounds of ``trips`` round trips."""
     echoes: dict[str, Echo] = {}
-    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
     try:
-        for name in names:
+        for name, make in rows.items():
             progress(f"starting {name} ...")
-            echoes[name] = rows[name]()
+            echoes[name] = make()
             echoes[name].warm(warmup)
-        for round_ in range(rounds):
-            progress(f"round {round_ + 1}/{rounds}")
-            shift = round_ % len(names)
-            for name in names[shift:] + names[:shift]:
-                wall, cpu = echoes[name].measure(trips)
-                samples[name][0].append(wall)
-                if cpu is not None:
-                    samples[name][1].append(cpu)
+        measured = interleave({name: (lambda e=echo: e.measure(trips)) for name, echo in echoes.items()},
+                              rounds, label="round trips")
     finally:
         for echo in echoes.values():
             echo.stop()
-    return samples
+    return {name: ([wall for wall, _ in pairs], [cpu for _, cpu in pairs if cpu is not None])
+            for name, pairs in measured.items()}
 
 
 def main() -> None:
@@ -236,7 +228,7 @@ def main() -> None:
         lctx = loky.get_context("loky")
         rows["loky Queue"] = lambda: queue_row(lctx, message)
         rows["loky Pipe"] = lambda: pipe_row(lctx, message)
-    samples = interleaved(rows, trips, rounds, warmup)
+    samples = measure_rows(rows, trips, rounds, warmup)
     for name, (walls, cpus) in samples.items():
         wall.add(name, Stats(walls))
         if cpus:
