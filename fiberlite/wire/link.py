@@ -4,7 +4,8 @@ The reading process listens (:meth:`Link.listen`), the writing one dials it
 (:meth:`Link.dial`); the two run :mod:`fiberlite.wire.auth` before anything else, and
 the reader accepts no frame from a peer that has not proved it holds the run's key.
 The reader receives on its own thread (no thread in between) and a blocked receive
-can be cancelled from another thread; a send never blocks (False: the link is full).
+can be cancelled from another thread; a send waits for room only as long as its
+caller says (False: the link is full or gone).
 """
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ from typing import Callable
 
 import pynng
 from pynng._nng import ffi, lib
-from pynng.exceptions import check_err
 
 from . import auth, tls
-from .nngio import TimedAio, take_frame
+from .nngio import TimedAio, message_of, take_frame
 
 HANDSHAKE_TIMEOUT_MS = 10_000
 # messages a sender queues (nng's largest queue) and a reader takes ahead: with the
@@ -61,7 +61,6 @@ class Link:
         self._nng_socket = sock.socket  # the nng_socket itself (pynng's property makes one per use)
         self._receiving = TimedAio()
         self._sending = TimedAio()
-        self._msg_p = ffi.new("nng_msg **")
         self._lock = threading.Lock()
         self._closed = False
         self._lost_callbacks: list[Callable[[], None]] = []
@@ -118,7 +117,7 @@ class Link:
             msg = self._receive(HANDSHAKE_TIMEOUT_MS)
         finally:
             self._handshaking = False
-        pipe = lib.nng_pipe_id(lib.nng_msg_get_pipe(msg))
+        pipe = lib.nng_msg_get_pipe(msg).id
         size = lib.nng_msg_len(msg)
         data = ffi.buffer(lib.nng_msg_body(msg), size)[:] if size <= 1024 else b""
         lib.nng_msg_free(msg)
@@ -161,15 +160,7 @@ class Link:
                 return True
             if err != lib.NNG_EAGAIN or not timeout_ms:
                 return False
-        if isinstance(frame, pynng.Message):
-            with frame._mem_freed_lock:
-                frame._mem_freed = True
-                msg = frame._nng_msg
-        else:
-            msg_p = self._msg_p
-            check_err(lib.nng_msg_alloc(msg_p, len(frame)))
-            msg = msg_p[0]
-            ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
+        msg = message_of(frame)
         aio = self._sending.set_timeout(timeout_ms)
         lib.nng_aio_set_msg(aio, msg)
         lib.nng_send_aio(self._nng_socket, aio)

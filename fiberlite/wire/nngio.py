@@ -41,16 +41,7 @@ class Io(pynng.Context):
         With ``wait=False`` return as soon as nng has taken the message; a failure is
         then only visible to :meth:`settle` (a lost connection is reported anyway)."""
         self.settle()
-        if isinstance(frame, pynng.Message):
-            with frame._mem_freed_lock:
-                frame._ensure_can_send()
-                msg = frame._nng_msg
-                frame._mem_freed = True
-        else:
-            msg_p = ffi.new("nng_msg **")
-            check_err(lib.nng_msg_alloc(msg_p, len(frame)))
-            msg = msg_p[0]
-            ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
+        msg = message_of(frame)
         aio = self._send_aio
         lib.nng_aio_set_msg(aio, msg)
         lib.nng_ctx_send(self.context, aio)
@@ -124,6 +115,21 @@ class TimedAio:
 
     def free(self) -> None:
         lib.nng_aio_free(self.aio)
+
+
+def message_of(frame):
+    """An ``nng_msg`` for sending ``frame``: a ``pynng.Message``'s own (nng owns it from
+    now on), or a new one holding a copy of the bytes."""
+    if isinstance(frame, pynng.Message):
+        with frame._mem_freed_lock:
+            frame._ensure_can_send()
+            frame._mem_freed = True
+            return frame._nng_msg
+    msg_p = ffi.new("nng_msg **")
+    check_err(lib.nng_msg_alloc(msg_p, len(frame)))
+    msg = msg_p[0]
+    ffi.memmove(lib.nng_msg_body(msg), frame, len(frame))
+    return msg
 
 
 def take_frame(msg):
