@@ -218,7 +218,7 @@ def crossover(args: Any) -> None:
     """Where the ring starts beating gather + local reduce, per ring size: the data
     behind ``collectives.gather_limit``."""
     import fiberlite
-    from fiberlite.collectives import gather_limit
+    from fiberlite.ring.collectives import gather_limit
     sizes = sized(args, [KiB << i for i in range(5, 12)], [32 * KiB, 256 * KiB])
     repeats = sized(args, 5, 1)
     report = Report("allreduce_crossover", "all_reduce time, gather vs ring, by size",

@@ -35,15 +35,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
-    Report,
-    Stats,
-    finish,
-    from_samples,
-    optional_import,
-    parser,
-    progress,
-    sized,
-)
+                     Report,
+                     Stats,
+                     finish,
+                     from_samples,
+                     optional_import,
+                     parser,
+                     progress,
+                     sized,
+                     )
 
 numpy = optional_import("numpy")  # imported here, never inside a timed task
 
@@ -350,7 +350,7 @@ class _StubContext:
 
 def simulated_worker(address: str, oid: int, wid: int, key: bytes) -> None:
     """The real worker protocol, minus the work: return each chunk's items as its results."""
-    from fiberlite.pool_worker import pack, unpack
+    from fiberlite.pool.worker import pack, unpack
     from fiberlite.wire.client import Client
     client = Client(address, key, connect_timeout=60)
     entries: list = []
@@ -372,8 +372,8 @@ def simulated_worker(address: str, oid: int, wid: int, key: bytes) -> None:
 
 def simulated_workers(address: str, oid: int, wids: list[int]) -> None:
     """A helper job: one thread and one connection per simulated worker."""
-    from fiberlite import runtime
-    key = runtime.key()
+    from fiberlite.runtime import identity
+    key = identity.key()
     threading.stack_size(256 * 1024)
     threads = [threading.Thread(target=simulated_worker, args=(address, oid, wid, key), daemon=True)
                for wid in wids]

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 import os as _os
 
 if "FIBERLITE_JOB" in _os.environ:  # a job starting: what it never uses is not imported
-    from .deferred import defer as _defer
+    from .runtime.deferred import defer as _defer
     _defer("asyncio")
 
 from .config import init

@@ -44,7 +44,7 @@ class BaseContext:
     def _serve(self) -> None:
         """Start this process's hub where this context's jobs can reach it."""
         if self._backend is not None:
-            from .hub import get_hub
+            from .runtime.hub import get_hub
             get_hub(self._backend)
 
     # -- processes -----------------------------------------------------------------------
@@ -113,7 +113,7 @@ class BaseContext:
     # -- communication ----------------------------------------------------------------------
     def Pipe(self, duplex: bool = True):
         self._serve()
-        from .connection import Pipe
+        from .connection.pipe import Pipe
         return Pipe(duplex)
 
     def Queue(self, maxsize: int = 0):
@@ -134,37 +134,37 @@ class BaseContext:
     # -- synchronization and shared memory ------------------------------------------------------
     def Lock(self):
         self._serve()
-        from .synchronize import Lock
+        from .synchronize.synchronize import Lock
         return Lock(ctx=self)
 
     def RLock(self):
         self._serve()
-        from .synchronize import RLock
+        from .synchronize.synchronize import RLock
         return RLock(ctx=self)
 
     def Condition(self, lock: Any = None):
         self._serve()
-        from .synchronize import Condition
+        from .synchronize.synchronize import Condition
         return Condition(lock, ctx=self)
 
     def Semaphore(self, value: int = 1):
         self._serve()
-        from .synchronize import Semaphore
+        from .synchronize.synchronize import Semaphore
         return Semaphore(value, ctx=self)
 
     def BoundedSemaphore(self, value: int = 1):
         self._serve()
-        from .synchronize import BoundedSemaphore
+        from .synchronize.synchronize import BoundedSemaphore
         return BoundedSemaphore(value, ctx=self)
 
     def Event(self):
         self._serve()
-        from .synchronize import Event
+        from .synchronize.synchronize import Event
         return Event(ctx=self)
 
     def Barrier(self, parties: int, action: Any = None, timeout: float | None = None):
         self._serve()
-        from .synchronize import Barrier
+        from .synchronize.synchronize import Barrier
         return Barrier(parties, action, timeout, ctx=self)
 
     def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True):
@@ -188,18 +188,18 @@ class BaseContext:
     # -- jobs in numbers --------------------------------------------------------------------
     def Pool(self, processes: int | None = None, initializer: Any = None, initargs: tuple = (),
              maxtasksperchild: int | None = None):
-        from .pool import Pool
+        from .pool.pool import Pool
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
 
     def Manager(self):
-        from .managers import SyncManager
+        from .managers.managers import SyncManager
         manager = SyncManager(ctx=self)
         manager.start()
         return manager
 
     def Ring(self, processes: int, target: Any, args: tuple = (), kwargs: dict | None = None,
              initializer: Any = None, **options: Any):
-        from .ring import Ring
+        from .ring.ring import Ring
         return Ring(processes, target, args, kwargs, initializer, context=self, **options)
 
 

@@ -1,7 +1,7 @@
 """``Process``: the ``multiprocessing.Process`` API, where ``start()`` creates a job on
 a backend instead of forking. The behaviour mirrors CPython's
 ``multiprocessing.process.BaseProcess``; the job itself is handled by
-:mod:`fiberlite.launcher`."""
+:mod:`fiberlite.runtime.launcher`."""
 from __future__ import annotations
 
 import atexit
@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
-from . import runtime
+from .runtime import identity
 
 _children: set["Process"] = set()
 
@@ -34,7 +34,7 @@ class _MainProcess:
 
     @property
     def authkey(self) -> bytes:
-        return self._authkey or runtime.key()
+        return self._authkey or identity.key()
 
     @authkey.setter
     def authkey(self, value: bytes) -> None:
@@ -103,7 +103,7 @@ class Process:
                  name: str | None = None, args: Iterable[Any] = (),
                  kwargs: Mapping[str, Any] | None = None, *, daemon: bool | None = None) -> None:
         assert group is None, "group argument must be None for now"
-        count = next(runtime.child_counter)
+        count = next(identity.child_counter)
         self._identity = tuple(current_process()._identity) + (count,)
         self._parent_pid = os.getpid()
         self._parent_name = current_process().name
@@ -130,7 +130,7 @@ class Process:
         assert self._parent_pid == os.getpid(), "can only start a process object created by current process"
         assert not current_process().daemon, "daemonic processes are not allowed to have children"
         _reap()
-        from .launcher import Launch
+        from .runtime.launcher import Launch
         self._popen = Launch(self)
         # the job has its own copy; drop ours so the target can be collected (as multiprocessing does)
         del self._target, self._args, self._kwargs
@@ -204,7 +204,7 @@ class Process:
 
     @property
     def authkey(self) -> bytes:
-        return self._authkey or runtime.key()
+        return self._authkey or identity.key()
 
     @authkey.setter
     def authkey(self, authkey: bytes) -> None:
@@ -266,7 +266,7 @@ class Process:
         """Run in the job: mirror of ``multiprocessing``'s bootstrap; returns the exit code."""
         global _current, _parent
         _children.clear()
-        runtime.reset_child_counter()
+        identity.reset_child_counter()
         _current, _parent = self, parent
         try:
             try:
@@ -321,19 +321,19 @@ def _exit_function() -> None:
 
 def release_links() -> None:
     """Before this process leaves: what its links were sent and it did not read goes
-    back to the pipes and queues it came from (see :mod:`fiberlite.pipelink`)."""
-    pipelink = sys.modules.get("fiberlite.pipelink")
+    back to the pipes and queues it came from (see :mod:`fiberlite.runtime.pipelink`)."""
+    pipelink = sys.modules.get("fiberlite.runtime.pipelink")
     if pipelink is not None:
         pipelink.unlink_all()
 
 
 def _at_exit() -> None:
     _exit_function()
-    launcher = sys.modules.get("fiberlite.launcher")
+    launcher = sys.modules.get("fiberlite.runtime.launcher")
     if launcher is not None:
         launcher.join_watchers(WATCHER_JOIN_SECONDS)
     release_links()
-    hub = sys.modules.get("fiberlite.hub")
+    hub = sys.modules.get("fiberlite.runtime.hub")
     if hub is not None:
         hub.shutdown()
 

@@ -8,7 +8,7 @@ to land before it exits, and ``join_thread()`` waits for them too.
 
 An unbounded queue that one job alone gets from, or (but for a JoinableQueue) that
 one job alone puts into while its creator gets, is linked to that job
-(:mod:`fiberlite.pipelink`): items then travel straight between the two processes.
+(:mod:`fiberlite.runtime.pipelink`): items then travel straight between the two processes.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import queue
 import time
 from typing import Any
 
-from . import handles, pipelink
-from .channel import Channel
-from .hub import LOCAL_PEER, ObjectRef, get_hub
-from .linkhost import LinkingServant
+from .runtime import handles, pipelink
+from .runtime.channel import Channel
+from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
+from .runtime.linkhost import LinkingServant
 from .wire.codec import Payload
 
 Empty = queue.Empty
@@ -172,7 +172,7 @@ class Queue:
     def join_thread(self) -> None:
         """Wait until everything put by this process is in the queue."""
         assert self._closed, f"Queue {self!r} not closed"
-        from .hub import flush
+        from .runtime.hub import flush
         flush()
 
     def cancel_join_thread(self) -> None:

@@ -29,8 +29,8 @@ import os
 import threading
 from typing import Any
 
-from .hub import LOCAL_PEER, Servant
-from .synchronize import RLock, _LockBase, _Shared
+from .runtime.hub import LOCAL_PEER, Servant
+from .synchronize.synchronize import RLock, _LockBase, _Shared
 
 __all__ = ["RawValue", "RawArray", "Value", "Array", "copy", "typecode_to_type",
            "Synchronized", "SynchronizedArray", "SynchronizedString"]

@@ -1,7 +1,7 @@
 """Targets for the pipe-link tests: jobs that read a pipe end long enough to be linked."""
 from __future__ import annotations
 
-from fiberlite import pipelink
+from fiberlite.runtime import pipelink
 from fiberlite.connection import wait
 
 LINKING_READS = pipelink.LINK_AFTER + 2  # reads after which a job's end is linked

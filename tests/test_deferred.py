@@ -1,4 +1,4 @@
-"""``fiberlite.deferred``: a job imports asyncio only once it uses it."""
+"""``fiberlite.runtime.deferred``: a job imports asyncio only once it uses it."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import fiberlite
-from fiberlite.deferred import DeferredModule, defer
+from fiberlite.runtime.deferred import DeferredModule, defer
 
 pytestmark = pytest.mark.timeout(60)
 

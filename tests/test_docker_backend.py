@@ -21,8 +21,10 @@ import pytest
 import fiberlite
 import jobs
 from docker_env import ensure_docker
-from fiberlite import config, runtime
-from fiberlite.backends import Job, JobSpec, docker_spec, get_backend
+from fiberlite import config
+from fiberlite.runtime import identity
+from fiberlite.backends import Job, JobSpec, get_backend
+from fiberlite.backends.docker import spec as docker_spec
 from fiberlite.backends.docker import ContainerJob, DockerBackend, clean, exit_code
 from fiberlite.errors import BackendError
 
@@ -172,8 +174,8 @@ def test_labels_resources_mounts_and_environment(ctx, api, tmp_path, monkeypatch
     assert report["container"] == name
     labels = attrs["Config"]["Labels"]
     assert labels["fiberlite"] == "1"
-    assert labels["fiberlite/run"] == runtime.run_id()
-    assert labels["fiberlite/job"] == name and name.startswith(f"fl-{runtime.run_id()}-")
+    assert labels["fiberlite/run"] == identity.run_id()
+    assert labels["fiberlite/job"] == name and name.startswith(f"fl-{identity.run_id()}-")
     assert labels["fiberlite/parent"] == "master"
     host = attrs["HostConfig"]
     assert host["NanoCpus"] == 500_000_000 and host["Memory"] == 256 * 2**20
@@ -242,7 +244,7 @@ def test_nested_child_is_a_container_of_its_own(ctx):
     child, code = q.get(timeout=60)
     p.join(60)
     assert p.exitcode == 0 and code == 0
-    assert child.startswith(f"fl-{runtime.run_id()}-")
+    assert child.startswith(f"fl-{identity.run_id()}-")
     assert grandchild.startswith(child + "-") and parent_name == p.name
 
 
@@ -344,7 +346,7 @@ PARENT = textwrap.dedent("""
         ctx.Process(target=jobs.start_child_then_wait, args=(q,)).start()  # a child with a child
         ctx.Process(target=jobs.wait_forever, args=(r,), daemon=True).start()
         q.get(timeout=60), r.get(timeout=60)
-        print(runtime.run_id(), flush=True)
+        print(identity.run_id(), flush=True)
         sys.stdin.read()
 """)
 
@@ -380,7 +382,7 @@ def test_parent_sigkill_leaves_no_container(image, api, tmp_path):
 # -- a named Docker network ---------------------------------------------------------------------
 NETWORKED = textwrap.dedent("""
     import json, os, sys, fiberlite, jobs
-    from fiberlite.hub import get_hub
+    from fiberlite.runtime.hub import get_hub
 
     def where(q):
         child = fiberlite.Process(target=jobs.put_value, args=(q, "from the grandchild"))
@@ -434,7 +436,7 @@ def test_list_stream_logs_and_clean(ctx, api, capfd):
     p.start()
     assert q.get(timeout=60) == "ready"
     name = p._popen.job.handle.name
-    assert (name, runtime.run_id(), "running") in backend.list_jobs(runtime.run_id())
+    assert (name, identity.run_id(), "running") in backend.list_jobs(identity.run_id())
     chunks = backend.stream_logs(name, follow=True)  # the reader takes the output over
     go.put("go")
     text = "".join(chunks)

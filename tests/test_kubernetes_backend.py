@@ -16,7 +16,7 @@ import fiberlite
 import jobs
 from fiberlite import config
 from fiberlite.backends import get_backend
-from fiberlite.backends import k8s_pods, k8s_status, k8s_watch
+from fiberlite.backends.kubernetes import pods as k8s_pods, status as k8s_status, watch as k8s_watch
 from fiberlite.errors import BackendError
 from k8s_double.fixture import k8s_api  # noqa: F401  (the fixture)
 
@@ -111,7 +111,7 @@ def test_process_and_queue_on_pods(kube, capfd):
     body = posts(server, "pods")[0].body
     spec, container = body["spec"], body["spec"]["containers"][0]
     assert spec["restartPolicy"] == "Never" and container["image"] == IMAGE
-    assert container["command"] == ["python", "-m", "fiberlite.bootstrap"]
+    assert container["command"] == ["python", "-m", "fiberlite.runtime.bootstrap"]
     labels = body["metadata"]["labels"]
     assert labels == {"fiberlite/run": fiberlite.process.runtime.run_id(), "fiberlite/job": name,
                       "fiberlite/parent": "master"}
@@ -272,7 +272,7 @@ def test_pool_on_pods_survives_a_lost_pod(kube):
 
 
 def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
-    from fiberlite.pool_results import BrokenPoolError
+    from fiberlite.pool.results import BrokenPoolError
     fiberlite.init(image="registry.invalid/missing:1")
     kube.server.image_pull_fails("registry.invalid/missing:1")
     started = time.monotonic()

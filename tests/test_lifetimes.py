@@ -1,4 +1,4 @@
-"""How long shared objects stay in their creator's hub (fiberlite.handles)."""
+"""How long shared objects stay in their creator's hub (fiberlite.runtime.handles)."""
 from __future__ import annotations
 
 import gc
@@ -8,7 +8,7 @@ import pytest
 
 import fiberlite
 import jobs
-from fiberlite.hub import get_hub
+from fiberlite.runtime.hub import get_hub
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -171,7 +171,7 @@ def test_eof_when_the_parent_dropped_its_copy_without_closing_it():
 
 
 def test_a_pipe_is_freed_once_both_ends_are_closed():
-    from fiberlite.hub import get_hub
+    from fiberlite.runtime.hub import get_hub
     a, b = fiberlite.Pipe()
     oid = a._ref.oid
     a.close()

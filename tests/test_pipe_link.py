@@ -1,4 +1,4 @@
-"""Pipe ends linked to the job that reads them (fiberlite.pipelink): the fast path must
+"""Pipe ends linked to the job that reads them (fiberlite.runtime.pipelink): the fast path must
 keep every guarantee of a pipe read through its hub."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 import fiberlite
 import link_jobs
-from fiberlite import pipelink, runtime
+from fiberlite.runtime import pipelink, identity
 from fiberlite.errors import AuthenticationError
-from fiberlite.hub import get_hub
+from fiberlite.runtime.hub import get_hub
 from fiberlite.wire import link as link_module
 from fiberlite.wire.link import Link
 from unpickle_trap import Trace
@@ -231,7 +231,7 @@ def _accept_in_thread(link: Link, key: bytes) -> tuple[threading.Thread, list]:
 
 
 def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
-    key = runtime.key()
+    key = identity.key()
     listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
     with pytest.raises(AuthenticationError):
@@ -249,7 +249,7 @@ def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
 
 
 def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, transport):
-    key = runtime.key()
+    key = identity.key()
     listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
     marker = tmp_path / "unpickled"
@@ -293,13 +293,13 @@ def test_with_tls_the_link_uses_tls_too(tmp_path):
 
 
 def test_a_job_whose_pipe_owner_is_gone_drops_its_link_without_waiting():
-    key = runtime.key()
+    key = identity.key()
     listener = Link.listen("127.0.0.1", key, use_tls=False)
     thread, accepted = _accept_in_thread(listener, key)
     owner_side = Link.dial(listener.address, key)
     thread.join()
     assert accepted == [True]
-    gone = fiberlite.hub.ObjectRef("tcp://127.0.0.1:9", 1)  # nothing listens there
+    gone = fiberlite.runtime.hub.ObjectRef("tcp://127.0.0.1:9", 1)  # nothing listens there
     reader = pipelink.LinkedReader(gone, 0, listener, token=12345)
     pipelink._readers[(gone.address, gone.oid, 0)] = reader
     owner_side.send(pipelink.item_frame(fiberlite.wire.codec.Payload.pack("unread")))

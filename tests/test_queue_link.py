@@ -1,13 +1,13 @@
 """Queues linked to the one job that gets from them, or that puts into them for their
-creator (fiberlite.pipelink): the fast path must keep every guarantee of a queue."""
+creator (fiberlite.runtime.pipelink): the fast path must keep every guarantee of a queue."""
 from __future__ import annotations
 
 import pytest
 
 import fiberlite
 import link_jobs
-from fiberlite import pipelink
-from fiberlite.hub import get_hub
+from fiberlite.runtime import pipelink
+from fiberlite.runtime.hub import get_hub
 
 pytestmark = pytest.mark.timeout(90)
 ENOUGH = pipelink.LINK_AFTER + 12  # uses after which a job's queue is linked

@@ -20,11 +20,12 @@ import numpy as np
 import pytest
 
 import fiberlite
-from fiberlite import collectives
+from fiberlite.ring import collectives
 from fiberlite.errors import RingError
-from fiberlite.ring import Ring, RingTimeoutError, _MemberMain
-from fiberlite import ringlink
-from fiberlite.ringlink import Link, LinkLost
+from fiberlite.ring import Ring, RingTimeoutError
+from fiberlite.ring.ring import _MemberMain
+from fiberlite.ring import link as ringlink
+from fiberlite.ring.link import Link, LinkLost
 from fiberlite.wire import auth
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,7 @@ import textwrap
 import pynng
 import pytest
 
-from fiberlite import runtime
+from fiberlite.runtime import identity
 from fiberlite.errors import AuthenticationError
 from fiberlite.wire import tls
 from fiberlite.wire.client import Client
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def tls_server():
-    server = Server(runtime.key(), "127.0.0.1", lambda request, message: request.reply(message),
+    server = Server(identity.key(), "127.0.0.1", lambda request, message: request.reply(message),
                     lambda peer: None, lambda fn: fn(), use_tls=True)
     yield server
     server.close()
@@ -31,7 +31,7 @@ def tls_server():
 
 def test_requests_travel_over_tls_with_the_runs_key(tls_server):
     assert tls_server.address.startswith("tls+tcp://127.0.0.1:")
-    client = Client(tls_server.address, runtime.key())
+    client = Client(tls_server.address, identity.key())
     try:
         assert client.request(("echo", [1, 2])) == (True, ("echo", [1, 2]))
         assert client.ping(10)
@@ -48,7 +48,7 @@ def test_plain_tcp_to_a_tls_port_is_dropped_and_nothing_is_loaded(tls_server, tm
     marker = tmp_path / "unpickled"
     host, port = tls.host_port(tls_server.address)
     with pytest.raises(ConnectionError):
-        Client(f"tcp://{host}:{port}", runtime.key(), connect_timeout=5)
+        Client(f"tcp://{host}:{port}", identity.key(), connect_timeout=5)
     with socket.create_connection((host, port), timeout=10) as sock:
         sock.sendall(pickle.dumps(Trace(str(marker))) * 10)
         sock.settimeout(10)
@@ -58,7 +58,7 @@ def test_plain_tcp_to_a_tls_port_is_dropped_and_nothing_is_loaded(tls_server, tm
         except (ConnectionResetError, TimeoutError):
             pass
     assert not marker.exists()
-    client = Client(tls_server.address, runtime.key())   # still serving
+    client = Client(tls_server.address, identity.key())   # still serving
     assert client.request("ok") == (True, "ok")
     client.close()
 
@@ -79,7 +79,7 @@ def test_the_bytes_on_the_wire_are_not_the_pickles(tls_server):
 SCRIPT = textwrap.dedent("""
     import numpy as np
     import fiberlite
-    from fiberlite.hub import get_hub
+    from fiberlite.runtime.hub import get_hub
 
     def echo(q_in, q_out, conn):
         q_out.put(q_in.get() * 2)

@@ -10,7 +10,7 @@ import pynng
 import pytest
 
 import fiberlite
-from fiberlite import hub, runtime
+from fiberlite.runtime import hub, identity
 from fiberlite.errors import AuthenticationError
 from fiberlite.wire import auth, codec, tls
 from fiberlite.wire.client import Client
@@ -36,7 +36,7 @@ def echo_ref():
 
 
 def _assert_still_serving(ref):
-    client = Client(ref.address, runtime.key())
+    client = Client(ref.address, identity.key())
     try:
         assert client.request((ref.oid, "echo", ("still here",))) == (True, "still here")
     finally:
@@ -106,7 +106,7 @@ def test_client_refuses_server_without_the_key(marker):
     server = Server(b"another run's key", "127.0.0.1", handler, lambda peer: None, lambda fn: fn())
     try:
         with pytest.raises(AuthenticationError):
-            Client(server.address, runtime.key())
+            Client(server.address, identity.key())
     finally:
         server.close()
 

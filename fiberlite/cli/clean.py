@@ -28,7 +28,7 @@ def main(args: argparse.Namespace) -> int:
         removed = backend.cleanup_run(args.run)
         sys.stdout.write(f"{name}: removed {removed} job{'s' if removed != 1 else ''} of {what}\n")
         if name == "local":
-            from ..backends import local_runs
+            from ..backends.local import runs as local_runs
             local_runs.remove_logs(args.run)
 
     return on_backends(names, clean)

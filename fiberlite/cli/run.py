@@ -126,7 +126,7 @@ def exit_status(code: int) -> int:
 
 # -- local ------------------------------------------------------------------------------------
 def run_local(args: argparse.Namespace, env: dict[str, str], run_id: str, job_name: str) -> int:
-    from ..backends import local_runs
+    from ..backends.local import runs as local_runs
     ignored = [o for o, v in (("--image", args.image), ("--cpu", args.cpu), ("--memory", args.memory),
                               ("--gpu", args.gpu), ("--volume", args.volume)) if v]
     if ignored:
@@ -190,7 +190,7 @@ def _finish_log(proc: subprocess.Popen, pumps: list, job_name: str) -> None:
 
 
 def _mark_done(job_name: str, code: int) -> None:
-    from ..backends import local_runs
+    from ..backends.local import runs as local_runs
     try:
         local_runs.done_path(job_name).write_text(f"{code}\n")
     except OSError:

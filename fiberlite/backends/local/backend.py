@@ -1,0 +1,88 @@
+"""The local backend: every job a process of this machine."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from typing import Iterator
+
+import psutil
+
+from ...errors import BackendError
+from ..base import Backend, Job, JobSpec, JobState
+
+
+class LocalBackend(Backend):
+    """Jobs are child OS processes; resources requests are not enforced."""
+
+    name = "local"
+
+    def create_job(self, spec: JobSpec) -> Job:
+        env = dict(os.environ)
+        env.update(spec.env)
+        env.update(spec.secret_env)
+        command = list(spec.command)
+        if command and command[0] == "python":
+            command[0] = sys.executable  # the same interpreter as the parent
+        try:
+            proc = subprocess.Popen(command, env=env, cwd=spec.cwd or None,
+                                    stdin=subprocess.DEVNULL, close_fds=True)
+        except OSError as exc:
+            raise BackendError(f"cannot start local job {spec.name}: {exc}") from None
+        return Job(self, str(proc.pid), spec, pid=proc.pid, handle=proc)
+
+    def status(self, job: Job) -> JobState:
+        return JobState.RUNNING if job.handle.poll() is None else JobState.EXITED
+
+    def wait(self, job: Job, timeout: float | None = None) -> int | None:
+        try:
+            return job.handle.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def terminate(self, job: Job, force: bool = False) -> None:
+        """Signal the job and every process it started (the whole tree)."""
+        sig = signal.SIGKILL if force else signal.SIGTERM
+        if job.handle.poll() is not None:
+            return
+        try:
+            descendants = psutil.Process(job.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
+        try:
+            job.handle.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        for child in descendants:
+            try:
+                child.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def logs(self, job: Job) -> str:
+        return ""  # local jobs write straight to the parent's stdout and stderr
+
+    def listen_host(self) -> str:
+        return "127.0.0.1"
+
+    def sentinel(self, job: Job) -> int | None:
+        if job.handle.poll() is not None or not hasattr(os, "pidfd_open"):
+            return None
+        try:
+            return os.pidfd_open(job.pid)
+        except OSError:
+            return None
+
+    # -- for the command line (processes found by their FIBERLITE_RUN_ID) ------------------
+    def list_jobs(self, run_id: str | None = None) -> list[tuple[str, str, str]]:
+        from . import runs as local_runs
+        return local_runs.list_jobs(run_id)
+
+    def cleanup_run(self, run_id: str | None = None) -> int:
+        from . import runs as local_runs
+        return local_runs.cleanup_run(run_id)
+
+    def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
+        from . import runs as local_runs
+        return local_runs.stream_logs(job_name, follow)

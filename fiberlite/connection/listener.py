@@ -1,0 +1,151 @@
+"""``Listener`` and ``Client``: connections between jobs that find each other by address.
+
+The counterpart of ``multiprocessing.connection.Listener``/``Client`` for the jobs of a
+run: a job listens on an address that the other jobs of its backend can reach, and
+any job of the run can connect to it. Both sides prove that they hold the same key
+(the run's key unless ``authkey`` says otherwise) with the standard library's HMAC
+challenge before anything is read as a pickle. Objects are pickled with cloudpickle,
+so functions and classes of ``__main__`` travel by value, as everywhere in fiberlite.
+
+The connection is a plain TCP socket between the two processes: it cannot be sent to
+another job (send the address and connect there instead).
+"""
+from __future__ import annotations
+
+import multiprocessing.connection as _stdlib
+import pickle
+from typing import Any
+
+from ..errors import AuthenticationError
+from ..wire.codec import dumps_bytes
+
+Address = Any  # (host, port) for TCP; a path for a Unix socket
+
+
+class SocketConnection:
+    """One end of a Listener/Client connection (the ``Connection`` API)."""
+
+    def __init__(self, conn: _stdlib.Connection) -> None:
+        self._conn = conn
+
+    # -- objects --------------------------------------------------------------------------
+    def send(self, obj: Any) -> None:
+        """Send a picklable object (functions and classes of ``__main__`` by value)."""
+        self._conn.send_bytes(dumps_bytes(obj))
+
+    def recv(self) -> Any:
+        """Return the next object sent by the other end (``EOFError`` once it is closed)."""
+        return pickle.loads(self._conn.recv_bytes())
+
+    # -- bytes and the rest, as the standard library's Connection -----------------------------
+    def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
+        self._conn.send_bytes(buf, offset, size)
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        return self._conn.recv_bytes(maxlength)
+
+    def recv_bytes_into(self, buf: Any, offset: int = 0) -> int:
+        return self._conn.recv_bytes_into(buf, offset)
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        return self._conn.poll(timeout)
+
+    def fileno(self) -> int:
+        return self._conn.fileno()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._conn.closed
+
+    @property
+    def readable(self) -> bool:
+        return self._conn.readable
+
+    @property
+    def writable(self) -> bool:
+        return self._conn.writable
+
+    def __enter__(self) -> "SocketConnection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self):
+        raise TypeError("a Listener/Client connection is a socket of this process and cannot be "
+                        "sent to another job: send the Listener's address and call Client() there")
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"fd={self.fileno()}"
+        return f"<fiberlite SocketConnection {state}>"
+
+
+def _key(authkey: bytes | None) -> bytes:
+    if authkey is None:
+        from ..process import current_process
+        return current_process().authkey
+    if not isinstance(authkey, (bytes, bytearray)):
+        raise TypeError(f"authkey should be a byte string, not {type(authkey).__name__}")
+    return bytes(authkey)
+
+
+def _default_address() -> tuple[str, int]:
+    from ..config import listen_host
+    return (listen_host(None), 0)
+
+
+class Listener:
+    """Listen for :func:`Client` connections, like ``multiprocessing.connection.Listener``.
+
+    ``address`` defaults to a free port on the address where jobs of the configured
+    backend reach this process (not a Unix socket: other jobs may run elsewhere);
+    ``authkey`` defaults to the run's key, shared by all its jobs.
+    """
+
+    def __init__(self, address: Address = None, family: str | None = None, backlog: int = 1,
+                 authkey: bytes | None = None) -> None:
+        if address is None and family in (None, "AF_INET"):
+            address = _default_address()
+        self._listener = _stdlib.Listener(address, family, backlog, _key(authkey))
+
+    def accept(self) -> SocketConnection:
+        """Wait for a connection whose peer proves it holds the key."""
+        try:
+            return SocketConnection(self._listener.accept())
+        except _stdlib.AuthenticationError as exc:
+            raise AuthenticationError(f"a client of {self.address} failed authentication: {exc}") from None
+
+    def close(self) -> None:
+        self._listener.close()
+
+    @property
+    def address(self) -> Address:
+        """Where clients connect: pass it to :func:`Client` (in any job of the run)."""
+        return self._listener.address
+
+    @property
+    def last_accepted(self) -> Address:
+        return self._listener.last_accepted
+
+    def __enter__(self) -> "Listener":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self):
+        raise TypeError("a Listener cannot be sent to another job: send its address instead")
+
+
+def Client(address: Address, family: str | None = None, authkey: bytes | None = None) -> SocketConnection:
+    """Connect to the :class:`Listener` at ``address``; both sides prove they hold the key."""
+    try:
+        return SocketConnection(_stdlib.Client(address, family, _key(authkey)))
+    except _stdlib.AuthenticationError as exc:
+        raise AuthenticationError(f"{address!r} refused this process's key: {exc}") from None
+    except ConnectionRefusedError:
+        raise ConnectionRefusedError(f"nothing listens at {address!r} (has the Listener been "
+                                     f"closed, or its job exited?)") from None

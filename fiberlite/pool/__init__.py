@@ -1,0 +1,14 @@
+"""``Pool``: ``multiprocessing.pool`` whose workers are jobs on a backend.
+
+- :mod:`.pool`: the user's ``Pool`` and the master's threads (protocol in its docstring);
+- :mod:`.dispatch`: the master's servant: pending chunks, who holds what, retries;
+- :mod:`.results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators;
+- :mod:`.worker`: what runs in every worker job.
+"""
+from .pool import CLOSE, RUN, TERMINATE, MaybeEncodingError, Pool
+from .results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
+                      IMapUnorderedIterator, MapResult, WorkerLostError)
+
+__all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
+           "IMapUnorderedIterator", "MaybeEncodingError", "BrokenPoolError", "WorkerLostError",
+           "RUN", "CLOSE", "TERMINATE"]

@@ -1,0 +1,317 @@
+"""What ``Pool`` hands back: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators.
+
+A result object is a *sink*: the pool's result thread calls ``_set(start, count, ok,
+value)`` once per finished chunk (``start``/``count`` locate the chunk's items in the
+call's input; ``value`` is the chunk's list of results, the single result of an
+``apply``, or an exception). Results are placed by position, so a chunk that ran twice
+after a worker died, or out of order, still lands exactly once and in order.
+"""
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import traceback
+from multiprocessing.pool import MaybeEncodingError
+from typing import Any, Callable, Iterator
+
+from ..errors import ProcessError, RemoteTraceback, TimeoutError
+
+__all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
+           "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
+
+
+class WorkerLostError(ProcessError):
+    """A task was running in workers that died, as many times as the pool allows."""
+
+
+class BrokenPoolError(ProcessError):
+    """The pool's workers cannot start (they exit before asking for work)."""
+
+
+class _Sink:
+    """Shared plumbing of result objects: completion event, callbacks, the pool's cache."""
+
+    def __init__(self, core: Any, callback: Callable | None, error_callback: Callable | None) -> None:
+        self._core = core
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callback = callback
+        self._error_callback = error_callback
+        self._job = core.register_result(self)
+
+    def _finish(self) -> None:
+        """Mark ready (called once, without the lock held) and run the callbacks."""
+        core, self._core = self._core, None
+        try:
+            if self._success:
+                if self._callback is not None:
+                    self._callback(self._value)
+            elif self._error_callback is not None:
+                self._error_callback(self._value)
+        except Exception:
+            sys.stderr.write("fiberlite: exception in a Pool result callback:\n")
+            traceback.print_exc()
+        finally:
+            self._event.set()
+            if core is not None:
+                core.forget_result(self._job)
+
+    def _abort(self, error: BaseException) -> None:
+        """Fail whatever is still missing (the pool was terminated or broke)."""
+        raise NotImplementedError
+
+
+class ApplyResult(_Sink):
+    """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
+
+    def __init__(self, core: Any, callback: Callable | None = None,
+                 error_callback: Callable | None = None) -> None:
+        self._success = True
+        self._value: Any = None
+        super().__init__(core, callback, error_callback)
+
+    def ready(self) -> bool:
+        """Whether the call has completed."""
+        return self._event.is_set()
+
+    def successful(self) -> bool:
+        """Whether the call completed without raising (``ValueError`` if not ready)."""
+        if not self.ready():
+            raise ValueError(f"{self!r} not ready")
+        return self._success
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until the result is available or ``timeout`` seconds pass."""
+        self._event.wait(timeout)
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The result; raises the task's exception, or ``TimeoutError`` after ``timeout``."""
+        self.wait(timeout)
+        if not self.ready():
+            raise TimeoutError
+        if self._success:
+            return self._value
+        raise self._value
+
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
+        with self._lock:
+            if self._event.is_set() or self._core is None:
+                return
+            self._success, self._value = ok, value
+        self._finish()
+
+    def _abort(self, error: BaseException) -> None:
+        self._set(0, 1, False, error)
+
+    def __class_getitem__(cls, item):  # AsyncResult[int] in annotations, as in the stdlib
+        return cls
+
+
+AsyncResult = ApplyResult
+
+
+class MapResult(ApplyResult):
+    """The result of ``map_async``/``starmap_async``: a list, ready once every chunk is in."""
+
+    def __init__(self, core: Any, length: int, callback: Callable | None = None,
+                 error_callback: Callable | None = None) -> None:
+        super().__init__(core, callback, error_callback)
+        self._value = [None] * length
+        self._left = length
+        if length == 0:
+            self._finish()
+
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
+        with self._lock:
+            if self._left <= 0 or self._core is None:
+                return
+            if ok and self._success:
+                self._value[start:start + count] = value
+            elif not ok and self._success:  # keep the first error; wait for every chunk
+                self._success, self._value = False, value
+            self._left -= count
+            done = self._left <= 0
+        if done:
+            self._finish()
+
+    def _abort(self, error: BaseException) -> None:
+        with self._lock:
+            if self._left <= 0 or self._core is None:
+                return
+            self._left = 0
+            if self._success:
+                self._success, self._value = False, error
+        self._finish()
+
+
+class IMapIterator(_Sink):
+    """The iterator of ``imap``: results in input order, as soon as each is ready.
+
+    The pool reads the input only as far as ``window`` items ahead of what has been
+    consumed, so memory stays bounded and an endless input works.
+    """
+
+    def __init__(self, core: Any, window: int) -> None:
+        self._success = True
+        self._value = None
+        super().__init__(core, None, None)
+        self._cond = threading.Condition(self._lock)
+        self._length: int | None = None  # known once the input is exhausted
+        self._window = window
+        self._taken = 0  # input items read so far (``_index``: items handed out or skipped)
+        self._waiting = False  # the feeder waits for room
+        self._init_store()
+
+    # -- store, in order ------------------------------------------------------------------
+    def _init_store(self) -> None:
+        self._chunks: dict[int, tuple[int, bool, Any]] = {}
+        self._index = 0  # position of the next item to hand out
+        self._current: Iterator | None = None  # values of the chunk being handed out
+
+    def _put(self, start: int, count: int, ok: bool, value: Any) -> None:
+        self._chunks[start] = (count, ok, value)
+
+    def _from_current(self) -> tuple[bool, Any] | None:
+        """The next value of the chunk being handed out, if any is left."""
+        if self._current is not None:
+            for item in self._current:
+                self._index += 1
+                return True, item
+            self._current = None
+        return None
+
+    def _pop(self) -> tuple[bool, Any] | None:
+        """The next (ok, value) to hand out, or None if it is not here yet."""
+        while True:
+            item = self._from_current()
+            if item is not None:
+                return item
+            entry = self._chunks.pop(self._index, None)
+            if entry is None:
+                return None
+            count, ok, value = entry
+            if not ok:
+                self._index += count
+                return False, value
+            self._current = iter(value)
+
+    # -- the sink side ----------------------------------------------------------------------
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
+        with self._cond:
+            if self._core is None:
+                return
+            self._put(start, count, ok, value)
+            self._cond.notify_all()
+
+    def _set_length(self, length: int) -> None:
+        with self._cond:
+            self._length = length
+            self._cond.notify_all()
+            done = self._index >= length
+        if done:
+            self._close()
+
+    def _abort(self, error: BaseException) -> None:
+        with self._cond:
+            if self._core is None:
+                return
+            self._success, self._value = False, error
+            self._cond.notify_all()
+        self._close()
+
+    def _close(self) -> None:
+        core, self._core = self._core, None
+        self._event.set()
+        if core is not None:
+            core.forget_result(self._job)
+
+    def _reserve(self, chunksize: int, core: Any) -> int:
+        """Called by the feeder: wait for room, then claim it; how many chunks it may read.
+
+        The feeder refills the window once half of it is free, so that chunks are
+        submitted (and sent to the workers) in batches. Once the pool is closed the
+        window no longer applies (``close(); join()`` then reading the results must
+        work, as in multiprocessing). 0 means stop.
+        """
+        with self._cond:
+            window = max(self._window, chunksize)
+            while True:
+                if core.state == "TERMINATE" or self._core is None:
+                    return 0
+                room = window - (self._taken - self._index)
+                if core.state != "RUN":
+                    room = max(room, window)
+                if room >= max(chunksize, window // 2) or (room >= chunksize and
+                                                            self._taken == self._index):
+                    break
+                self._waiting = True
+                self._cond.wait()
+            chunks = max(1, room // chunksize)
+            self._taken += chunks * chunksize
+            return chunks
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- the caller side ---------------------------------------------------------------------
+    def __iter__(self) -> "IMapIterator":
+        return self
+
+    def next(self, timeout: float | None = None) -> Any:
+        """The next result; ``TimeoutError`` if none arrives within ``timeout`` seconds."""
+        with self._cond:
+            while True:
+                entry = self._pop()
+                if entry is not None:
+                    break
+                if self._length is not None and self._index >= self._length:
+                    raise StopIteration from None
+                if not self._success:  # terminated or broken
+                    raise self._value
+                if not self._cond.wait(timeout):
+                    raise TimeoutError from None
+            if self._waiting and self._taken - self._index <= self._window // 2:
+                self._waiting = False
+                self._cond.notify_all()  # room for the feeder
+            done = self._length is not None and self._index >= self._length
+        if done:
+            self._close()
+        ok, value = entry
+        if ok:
+            return value
+        raise value
+
+    __next__ = next
+
+
+class IMapUnorderedIterator(IMapIterator):
+    """The iterator of ``imap_unordered``: results in the order they finish."""
+
+    def _init_store(self) -> None:
+        self._done: collections.deque = collections.deque()
+        self._index = 0  # items handed out (or skipped by a failed chunk)
+        self._current = None
+
+    def _put(self, start: int, count: int, ok: bool, value: Any) -> None:
+        self._done.append((count, ok, value))
+
+    def _pop(self) -> tuple[bool, Any] | None:
+        while True:
+            item = self._from_current()
+            if item is not None:
+                return item
+            if not self._done:
+                return None
+            count, ok, value = self._done.popleft()
+            if not ok:
+                self._index += count
+                return False, value
+            self._current = iter(value)
+
+
+def rebuild_failure(exc: BaseException, tb: str) -> BaseException:
+    """Attach a worker's formatted traceback to ``exc`` as its cause (as multiprocessing does)."""
+    exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
+    return exc

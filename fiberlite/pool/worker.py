@@ -1,0 +1,400 @@
+"""The worker side of a Pool: runs in every worker job and pulls chunks from the master.
+
+The main thread runs chunks and does all the talking: it asks for more work *before*
+its local queue runs dry (when tasks are short), so the next batch travels while the
+current one runs. A watchdog thread gives back chunks that wait behind a task that
+runs unexpectedly long, so that idle workers can take them. See :mod:`fiberlite.pool`.
+"""
+from __future__ import annotations
+
+import builtins
+import collections
+import functools
+import itertools
+import pickle
+import sys
+import threading
+import time
+import traceback
+import types
+from multiprocessing.pool import MaybeEncodingError
+from typing import Any
+
+from ..wire.codec import OUT_OF_BAND_MIN, PROTOCOL, Payload, dumps, dumps_bytes
+
+BATCH_SECONDS = 0.005  # ask for about this much work at a time
+PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
+GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
+RESULT_DELAY = 0.02  # results wait at most about this long to share a message
+MAX_BATCH = 512
+MESSAGE_BYTES = 4 << 20  # results of about this size per message at most
+LOADED_FUNCTIONS = 64  # unpickled functions kept for reuse by later calls
+
+_PLAIN = frozenset({int, float, str, bool, type(None), complex})  # and bytes, when small
+
+
+# -- the format of chunks and results ---------------------------------------------------------
+def pack(obj: Any) -> Any:
+    """Pickle ``obj`` for a worker: bytes, or a Payload when it has out-of-band buffers
+    (numpy arrays, large ``bytes``: see :func:`fiberlite.wire.codec.dumps`)."""
+    kind = type(obj)
+    if kind is range or (kind in (list, tuple) and len(obj) <= 16 and all(_plain(x) for x in obj)):
+        return pickle.dumps(obj, PROTOCOL)  # nothing cloudpickle would treat differently
+    data, buffers = dumps(obj)
+    if not buffers:
+        return data
+    return Payload(data, buffers)
+
+
+def _atom(obj: Any) -> bool:
+    kind = type(obj)
+    return kind in _PLAIN or (kind is bytes and len(obj) < OUT_OF_BAND_MIN)
+
+
+def _plain(obj: Any) -> bool:
+    if _atom(obj):
+        return True
+    if type(obj) is tuple and len(obj) <= 8:
+        return all(_atom(x) for x in obj)
+    return False
+
+
+def unpack(data: Any) -> Any:
+    if type(data) is bytes:
+        return pickle.loads(data)
+    return data.unpack()
+
+
+def pack_failure(exc: BaseException, tb: str) -> bytes:
+    """An exception raised by a task, with its formatted traceback."""
+    try:
+        return dumps_bytes((exc, tb))
+    except Exception as error:
+        substitute = MaybeEncodingError(repr(error), _short(exc))
+        return dumps_bytes((substitute, tb))
+
+
+def _short(obj: Any, limit: int = 200) -> str:
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__} object>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# -- functions that travelled by value ------------------------------------------------------------
+_namespaces: dict[str, dict] = {}
+
+
+def _namespace(module: str) -> dict:
+    if module == "__main__":
+        return sys.modules["__main__"].__dict__
+    namespace = _namespaces.get(module)
+    if namespace is None:
+        namespace = _namespaces[module] = {"__name__": module, "__builtins__": builtins}
+    return namespace
+
+
+def adopt(obj: Any, memo: dict | None = None) -> Any:
+    """Give a function that travelled by value the worker's one namespace of its module.
+
+    cloudpickle gives every function it unpickles by value (those of ``__main__``) a
+    private globals dict per pickle, so a global set by the initializer would be
+    invisible to the tasks, which arrive in other pickles. Re-homed here, they share
+    one namespace, as functions of an imported module do: names it already has keep
+    their value (a global the initializer set is not reset by a later task's copy).
+    """
+    memo = {} if memo is None else memo
+    if isinstance(obj, types.FunctionType):
+        return _adopt_function(obj, memo)
+    if isinstance(obj, functools.partial):
+        return functools.partial(adopt(obj.func, memo), *obj.args, **obj.keywords)
+    if isinstance(obj, types.MethodType):
+        return types.MethodType(adopt(obj.__func__, memo), obj.__self__)
+    return obj
+
+
+def _adopt_function(func: types.FunctionType, memo: dict) -> types.FunctionType:
+    module = func.__module__ or "__main__"
+    imported = sys.modules.get(module)
+    private = func.__globals__
+    if imported is not None and private is imported.__dict__:
+        return func  # imported by reference: already shared
+    namespace = _namespace(module)
+    if private is namespace:
+        return func
+    if id(func) in memo:
+        return memo[id(func)]
+    new = types.FunctionType(func.__code__, namespace, func.__name__, func.__defaults__,
+                             func.__closure__)
+    memo[id(func)] = new
+    new.__kwdefaults__ = func.__kwdefaults__
+    new.__qualname__ = func.__qualname__
+    new.__module__ = func.__module__
+    new.__doc__ = func.__doc__
+    new.__annotations__ = func.__annotations__
+    new.__dict__.update(func.__dict__)
+    for name, value in private.items():
+        if name in namespace or name == "__builtins__":
+            continue
+        if isinstance(value, types.FunctionType) and value.__globals__ is private:
+            value = _adopt_function(value, memo)  # a helper from the same pickle
+        namespace[name] = value
+    return new
+
+
+# -- the worker ---------------------------------------------------------------------------------
+def worker_main(ref: Any, wid: int, initializer: Any, initargs: tuple,
+                maxtasks: int | None) -> None:
+    """The target of every pool worker job."""
+    if initializer is not None:
+        try:
+            adopt(initializer)(*initargs)
+        except BaseException:
+            try:
+                ref.call("init_failed", wid, traceback.format_exc())
+            except Exception:
+                pass
+            raise
+    _Worker(ref, wid, maxtasks).run()
+
+
+class _Worker:
+    def __init__(self, ref: Any, wid: int, maxtasks: int | None) -> None:
+        from ..runtime.hub import connect
+        self.ref = ref
+        self.client = connect(ref.address)
+        self.wid = wid
+        self.budget = maxtasks  # chunks it may still receive (None: no limit)
+        self.functions: dict[int, tuple] = {}  # call id -> (kind, function)
+        self.loaded: dict[bytes, tuple] = {}  # pickled function -> (kind, function)
+        self.queue: collections.deque = collections.deque()
+        self.outstanding: Any = None  # the request for work in flight
+        self.exiting = False
+        self.entries: list = []  # (cid, None | pickled failure) not yet sent
+        self.values: list = []  # results of the entries whose failure is None
+        self.oldest = 0.0  # when the oldest unsent result was made
+        self.ema: float | None = None  # seconds per chunk, smoothed
+        self.result_size = 0.0  # pickled bytes of a chunk's result, smoothed
+        self.lock = threading.Lock()  # queue and outstanding, shared with the watchdog
+        self.current: tuple | None = None  # (chunk, start time) of the running chunk
+        self.watch_idle = False
+        self.wake = threading.Event()
+        self.halt = threading.Event()
+        threading.Thread(target=self._watch, name="fiberlite-pool-watchdog", daemon=True).start()
+
+    # -- transport: a request sent now and answered later, on the shared connection --------
+    def _begin(self, method: str, *args: Any) -> Any:
+        return self.client.begin((self.ref.oid, method, args))
+
+    def _finish(self, handle: Any) -> Any:
+        ok, value = self.client.finish(handle)
+        if ok:
+            return value
+        raise value
+
+    # -- results -----------------------------------------------------------------------------
+    def _take_results(self) -> tuple[list, Any]:
+        entries, values = self.entries, self.values
+        self.entries, self.values = [], []
+        if not values:
+            return entries, None
+        try:
+            packed = pack(values)
+        except Exception:
+            return self._repair(entries, values)
+        size = (len(packed) if type(packed) is bytes else packed.nbytes()) / len(values)
+        self.result_size = size if not self.result_size else 0.7 * self.result_size + 0.3 * size
+        return entries, packed
+
+    def _repair(self, entries: list, values: list) -> tuple[list, Any]:
+        """Replace the results that cannot be pickled by errors naming them."""
+        fixed, kept = [], []
+        it = iter(values)
+        for cid, failure in entries:
+            if failure is None:
+                value = next(it)
+                try:
+                    dumps_bytes(value)
+                except Exception as exc:
+                    error = MaybeEncodingError(repr(exc), _short(value))
+                    failure = pack_failure(error, "Traceback: the result could not be pickled\n")
+                else:
+                    kept.append(value)
+            fixed.append((cid, failure))
+        return fixed, (pack(kept) if kept else None)
+
+    def _ask(self, want: int, prefetch: bool = False) -> None:
+        """Send our results and ask for ``want`` chunks: a prefetch (we still have work) is
+        answered at once, empty if there is none; otherwise the master holds the request
+        until there is work."""
+        entries, values = self._take_results()
+        self.outstanding = self._begin("next", self.wid, entries, values, want, prefetch)
+
+    def _flush(self) -> None:
+        if self.entries:
+            entries, values = self._take_results()
+            self.ref.cast("done", self.wid, entries, values)
+
+    def _want(self) -> int:
+        ema = self.ema
+        if ema is None or ema >= PREFETCH_LIMIT:
+            want = 1
+        else:
+            want = int(BATCH_SECONDS / max(ema, 1e-7)) + 1
+        want = min(want, MAX_BATCH)
+        if self.result_size:
+            want = max(1, min(want, int(MESSAGE_BYTES / self.result_size)))
+        if self.budget is not None:
+            want = min(want, self.budget)
+        return want
+
+    def _absorb(self, reply: Any) -> None:
+        """Take a reply to a request for work (by the main thread with the lock held, or by
+        the watchdog for chunks it gives back)."""
+        if reply is None:
+            self.exiting = True
+            return
+        chunks, functions, forget = reply
+        for gid in forget:
+            self.functions.pop(gid, None)
+        for gid, payload in functions.items():
+            self.functions[gid] = self._load(payload)
+        self.queue.extend(chunks)
+        if self.budget is not None:
+            self.budget -= len(chunks)
+
+    def _load(self, payload: Any) -> tuple:
+        """``(kind, function)`` of a call; the same pickle twice gives the same function."""
+        key = payload.data if type(payload.data) is bytes and not payload.buffers else None
+        loaded = self.loaded.get(key) if key is not None else None
+        if loaded is None:
+            try:
+                kind, func = payload.unpack()
+                loaded = (kind, adopt(func))
+            except Exception as exc:
+                return ("error", RuntimeError(
+                    f"the function could not be loaded in this worker: {exc!r}\n"
+                    f"{traceback.format_exc()}"))
+            if key is not None:
+                if len(self.loaded) >= LOADED_FUNCTIONS:
+                    del self.loaded[next(iter(self.loaded))]
+                self.loaded[key] = loaded
+        return loaded
+
+    # -- the main loop ------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = self._next()
+                if chunk is None:
+                    break
+                self._run(chunk)
+        finally:
+            self.halt.set()
+            self.wake.set()
+
+    def _next(self) -> tuple | None:
+        lock = self.lock
+        lock.acquire()
+        try:
+            queue = self.queue
+            while not queue:
+                if self.exiting:
+                    self._flush()
+                    return None
+                if self.outstanding is None:
+                    self._ask(self._want())  # with our results; want 0: out of budget, retire
+                ctx, self.outstanding = self.outstanding, None
+                self._absorb(self._finish(ctx))  # a prefetch's answer is prompt (maybe empty)
+            chunk = queue.popleft()
+            ema = self.ema
+            if (self.outstanding is None and ema is not None and ema < PREFETCH_LIMIT
+                    and (self.budget is None or self.budget > 0)):
+                self._ask(self._want(), prefetch=True)  # the next batch travels while this one runs
+            self.current = (chunk, time.monotonic())
+            if self.watch_idle and (queue or self.outstanding is not None):
+                self.wake.set()
+            return chunk
+        finally:
+            lock.release()
+
+    def _run(self, chunk: tuple) -> None:
+        cid, gid, data = chunk
+        started = time.perf_counter()
+        try:
+            kind, func = self.functions[gid]
+            if kind == "map":
+                value = list(map(func, unpack(data)))
+            elif kind == "star":
+                value = list(itertools.starmap(func, unpack(data)))
+            elif kind == "apply":
+                args, kwds = unpack(data)
+                value = func(*args, **kwds)
+            else:  # the function could not be unpickled here
+                raise func
+        except Exception as exc:
+            self.entries.append((cid, pack_failure(exc, traceback.format_exc())))
+            del exc
+        else:
+            self.entries.append((cid, None))
+            self.values.append(value)
+            del value
+        self.current = None
+        now = time.perf_counter()
+        elapsed = now - started
+        ema = self.ema
+        self.ema = elapsed if ema is None else 0.7 * ema + 0.3 * elapsed
+        if len(self.entries) == 1:
+            self.oldest = now
+        elif now - self.oldest > RESULT_DELAY:
+            self._flush()
+
+    # -- the watchdog -------------------------------------------------------------------------
+    def _exposed(self) -> bool:
+        return self.current is not None and (bool(self.queue) or self.outstanding is not None)
+
+    def _watch(self) -> None:
+        """Give back queued chunks when the running one overruns ``GIVEBACK_AFTER``."""
+        while not self.halt.is_set():
+            self.watch_idle = True
+            if not self._exposed():
+                self.wake.wait()
+                self.wake.clear()
+            self.watch_idle = False
+            current = self.current
+            if current is None or not self._exposed():
+                continue
+            delay = current[1] + GIVEBACK_AFTER - time.monotonic()
+            if delay > 0:
+                self.halt.wait(delay)
+                continue
+            if self.current is current:
+                try:
+                    self._give_back(current)
+                except Exception:
+                    return  # the connection is gone; the job is about to exit
+
+    def _give_back(self, current: tuple) -> None:
+        """Hand back the queued chunks, and those our prefetch brings (its answer is
+        prompt). The lock is not held while waiting: the main thread may need it."""
+        with self.lock:
+            if self.current is not current:
+                return
+            cids = [chunk[0] for chunk in self.queue]
+            self.queue.clear()
+            if self.budget is not None:
+                self.budget += len(cids)
+            ctx, self.outstanding = self.outstanding, None
+        if cids:
+            self._finish(self._begin("giveback", self.wid, cids))
+        if ctx is None:
+            return
+        reply = self._finish(ctx)
+        if reply is None:
+            self.exiting = True
+            return
+        chunks, functions, forget = reply
+        self._absorb(([], functions, forget))  # atomic dict updates; known before chunks return
+        if chunks:
+            self._finish(self._begin("giveback", self.wid, [chunk[0] for chunk in chunks]))

@@ -1,0 +1,102 @@
+"""The first code a job runs: ``python -m fiberlite.runtime.bootstrap``.
+
+It dials the parent's hub (address and object id in the environment, key in the
+secret environment), proves it holds the run's key, fetches its preparation data and
+the pickled Process, runs it and reports the exit code. If the connection to the
+parent drops, or the parent answers nothing for ``parent_timeout`` seconds (its
+machine vanished), the parent is gone and the job exits too: no orphans.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import types
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"fiberlite job: {message}\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _prepare(prep: dict) -> None:
+    from .. import config
+    parent_path = [p for p in prep["sys_path"] if not p or os.path.exists(p)]
+    sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
+    if os.path.isdir(prep["cwd"]):
+        os.chdir(prep["cwd"])
+    config.adopt(prep["settings"])
+    # functions and classes of the parent's __main__ arrive by value; give them a clean home
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+
+
+def _watch_parent(client, address: str, timeout: float, lost: threading.Event) -> None:
+    """Exit once the parent has answered nothing for ``timeout`` seconds.
+
+    A parent that exits closes its connections and the job ends at once (``on_lost``);
+    a parent whose machine vanished sends nothing at all, so it is asked at regular
+    intervals whether it is still there."""
+    while not lost.wait(timeout / 4):
+        if not client.ping(timeout * 3 / 4) and not lost.is_set():
+            _fail(f"the parent job at {address} has not answered for {timeout:g} s "
+                  f"(its machine is gone?); exiting")
+
+
+def main() -> None:
+    try:
+        address = os.environ.pop("FIBERLITE_HUB")
+        oid = int(os.environ.pop("FIBERLITE_JOB"))
+        key = bytes.fromhex(os.environ.pop("FIBERLITE_AUTHKEY"))
+    except (KeyError, ValueError):
+        _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and FIBERLITE_AUTHKEY; "
+              "jobs are started by fiberlite, not by hand")
+    from . import identity
+    identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
+    from .hub import ObjectRef, connect
+    from ..process import ParentProcess
+    try:
+        client = connect(address)
+    except Exception as exc:
+        _fail(f"cannot reach the parent job at {address}: {exc}")
+    lost = threading.Event()
+
+    def parent_gone() -> None:
+        lost.set()
+        _fail(f"the parent job at {address} is gone; exiting")
+
+    client.on_lost(parent_gone)
+    ref = ObjectRef(address, oid)
+    try:
+        prep_payload, process_payload = ref.call("fetch")
+        prep = prep_payload.unpack()
+        _prepare(prep)
+        process = process_payload.unpack()
+    except Exception as exc:
+        import traceback
+        traceback.print_exc()
+        _fail(f"could not receive the process to run: {exc}")
+    from ..config import get
+    if get("parent_timeout"):
+        threading.Thread(target=_watch_parent, args=(client, address, get("parent_timeout"), lost),
+                         name="fiberlite-parent-watch", daemon=True).start()
+    process._popen = None
+    exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
+    from .hub import flush
+    from ..process import release_links
+    release_links()
+    try:
+        flush()  # what this job put or sent lands before it is reported gone
+    except Exception as exc:
+        sys.stderr.write(f"fiberlite job: {exc}\n")
+    try:
+        ref.call("exit", exitcode)
+    except Exception:
+        pass
+    os._exit(exitcode)
+
+
+if __name__ == "__main__":
+    main()

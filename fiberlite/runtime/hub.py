@@ -1,0 +1,373 @@
+"""The hub: this process's server for the shared objects it created.
+
+Every Queue, Pipe, job channel (and later Pool, Manager) created in a process is a
+*servant* registered in that process's hub. Other jobs reach it through an
+:class:`ObjectRef` (address + object id) over an authenticated connection; the
+owning process calls the servant directly, without a socket.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from . import identity
+from .scheduler import Scheduler
+from ..wire.client import Client
+from ..wire.codec import Payload
+from ..wire.server import Request, Server
+from ..wire.tls import host_port
+
+log = logging.getLogger(__name__)
+
+LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
+# operations on how long a handle's servant is kept (fiberlite.runtime.handles), run by the hub
+HOLD, RELEASE, PIN = "__hold__", "__release__", "__pin__"
+_HOLD_OPS = frozenset({HOLD, RELEASE, PIN})
+EXIT_FLUSH_SECONDS = 30.0
+
+
+class Servant:
+    """An object served by a hub; ``op_<method>(request, *args)`` answers requests.
+
+    Handlers run on the hub's thread (remote calls) or the caller's (local calls):
+    they must never block; to wait, keep the request and answer it later.
+    """
+
+    def dispatch(self, request: Any, method: str, args: tuple) -> None:
+        handler = getattr(self, "op_" + method, None)
+        if handler is None:
+            request.fail(AttributeError(f"{type(self).__name__} has no operation {method!r}"))
+            return
+        handler(request, *args)
+
+    def peer_lost(self, peer: int) -> None:
+        """The connection of ``peer`` ended: forget what it held or waited for."""
+
+
+class LocalRequest:
+    """A request made by the hub's own process; the caller waits on it.
+
+    Most local requests are answered before the caller waits (a put, a non-blocking
+    get): the lock the caller would sleep on is only made when it has to sleep.
+    """
+
+    __slots__ = ("_sleep", "_result")
+    peer = LOCAL_PEER
+
+    def __init__(self) -> None:
+        self._sleep: threading.Lock | None = None
+        self._result: tuple | None = None
+
+    def _answer(self, result: tuple) -> None:
+        self._result = result  # written before _sleep is read: see wait()
+        sleep = self._sleep
+        if sleep is not None:
+            sleep.release()
+
+    def reply(self, value: Any = None) -> None:
+        self._answer((True, value))
+
+    def fail(self, exc: BaseException) -> None:
+        self._answer((False, exc))
+
+    def wait(self) -> Any:
+        if self._result is None:
+            sleep = threading.Lock()
+            sleep.acquire()
+            self._sleep = sleep  # written before _result is read again: an answer
+            if self._result is None:  # given in between either is seen here or releases
+                sleep.acquire()
+        ok, value = self._result
+        if ok:
+            return value
+        raise value
+
+
+class _Holds:
+    """Why a servant created through a handle is kept (see :mod:`fiberlite.runtime.handles`)."""
+
+    __slots__ = ("local", "jobs", "pinned")
+
+    def __init__(self) -> None:
+        self.local = 1       # handles alive in this process
+        self.jobs: set[bytes] = set()  # tokens of jobs it was pickled for, not ended
+        self.pinned = False  # pickled some other way: kept until this process exits
+
+    def empty(self) -> bool:
+        return not (self.local or self.jobs or self.pinned)
+
+
+class Hub:
+    """The per-process server and registry of servants."""
+
+    def __init__(self, host: str) -> None:
+        self.scheduler = Scheduler()
+        self._objects: dict[int, Servant] = {}
+        self._holds: dict[int, _Holds] = {}
+        self._next_id = 1
+        # reentrant: a handle's finalizer may run (garbage collection) while this
+        # thread holds it
+        self._lock = threading.RLock()
+        from ..config import get
+        self.server = Server(identity.key(), host, self._handle, self._peer_lost,
+                             self.scheduler.call_soon, use_tls=get("tls"))
+        self.address = self.server.address
+
+    def register(self, servant: Servant, held: bool = False) -> "ObjectRef":
+        """Serve ``servant``; ``held``: until its holds end (one local handle to start
+        with, see :mod:`fiberlite.runtime.handles`), else until :meth:`unregister`."""
+        with self._lock:
+            oid = self._next_id
+            self._next_id += 1
+            self._objects[oid] = servant
+            if held:
+                self._holds[oid] = _Holds()
+        return ObjectRef(self.address, oid)
+
+    def unregister(self, oid: int) -> None:
+        with self._lock:
+            self._objects.pop(oid, None)
+            self._holds.pop(oid, None)
+
+    def retain_local(self, oid: int) -> bool:
+        """One more handle on ``oid`` in this process (False: ``oid`` is not held)."""
+        with self._lock:
+            holds = self._holds.get(oid)
+            if holds is not None:
+                holds.local += 1
+            return holds is not None
+
+    def release_local(self, oid: int) -> None:
+        self._change_holds(oid, "local")
+
+    def _change_holds(self, oid: int, what: str, token: bytes | None = None) -> None:
+        with self._lock:
+            holds = self._holds.get(oid)
+            if holds is None:
+                return
+            if what == "local":
+                holds.local -= 1
+            elif what == HOLD:
+                holds.jobs.add(token)  # type: ignore[arg-type]
+            elif what == RELEASE:
+                holds.jobs.discard(token)  # type: ignore[arg-type]
+            else:
+                holds.pinned = True
+            if holds.empty():
+                del self._holds[oid]
+                del self._objects[oid]
+
+    def servant(self, oid: int) -> Servant | None:
+        return self._objects.get(oid)
+
+    def _handle(self, request: Request, message: Any) -> None:
+        oid, method, args = message
+        if method in _HOLD_OPS:
+            self._change_holds(oid, method, *args)
+            request.reply()
+            return
+        servant = self._objects.get(oid)
+        if servant is None:
+            request.fail(ReferenceError(f"object {oid} no longer exists in {self.address}"))
+            return
+        try:
+            servant.dispatch(request, method, args)
+        except Exception as exc:
+            request.fail(exc)
+
+    def call_local(self, oid: int, method: str, args: tuple) -> Any:
+        if method in _HOLD_OPS:
+            return self._change_holds(oid, method, *args)
+        servant = self._objects.get(oid)
+        if servant is None:
+            raise ReferenceError(f"object {oid} no longer exists in this process")
+        request = LocalRequest()
+        try:
+            servant.dispatch(request, method, args)
+        except Exception as exc:
+            raise exc
+        return request.wait()
+
+    def _peer_lost(self, peer: int) -> None:
+        for servant in list(self._objects.values()):
+            try:
+                servant.peer_lost(peer)
+            except Exception:
+                log.exception("peer_lost failed in %r", servant)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+_hub: Hub | None = None
+_hub_lock = threading.Lock()
+_clients: dict[str, Client] = {}
+_clients_lock = threading.Lock()
+_dialing: dict[str, threading.Lock] = {}
+
+
+def get_hub(backend: str | None = None) -> Hub:
+    """This process's hub, started on first use where jobs of ``backend`` (default: the
+    configured one) can reach it. A hub already listening only on loopback cannot serve
+    jobs of a backend that needs another address: that is a clear error."""
+    global _hub
+    hub = _hub
+    if hub is None:
+        with _hub_lock:
+            if _hub is None:
+                from ..config import listen_host
+                _hub = Hub(listen_host(backend))
+            hub = _hub
+    elif backend is not None:
+        _check_reachable(hub, backend)
+    return hub
+
+
+def _check_reachable(hub: Hub, backend: str) -> None:
+    from ..config import listen_host
+    host = host_port(hub.address)[0]
+    if host.startswith("127.") or host in ("localhost", "::1"):
+        wanted = listen_host(backend)
+        if not (wanted.startswith("127.") or wanted in ("localhost", "::1")):
+            from ..errors import BackendError
+            raise BackendError(
+                f"this process already serves its queues and pipes on {host}, which jobs of the "
+                f"{backend!r} backend cannot reach: make {backend!r} the configured backend "
+                f"(FIBERLITE_BACKEND or fiberlite.init(backend=...)) or set listen_host before "
+                f"creating any Queue, Pipe, lock or job")
+
+
+def current_hub() -> Hub | None:
+    return _hub
+
+
+def connect(address: str) -> Client:
+    """The shared authenticated connection from this process to ``address``."""
+    client = _clients.get(address)
+    if client is not None and client.alive:
+        return client
+    with _clients_lock:  # one dial per address at a time, without holding up other addresses
+        dialing = _dialing.setdefault(address, threading.Lock())
+    with dialing:
+        client = _clients.get(address)
+        if client is None or not client.alive:
+            client = Client(address, identity.key())
+            with _clients_lock:
+                _clients[address] = client
+            client.on_lost(lambda: _forget(address, client))
+    return client
+
+
+def flush() -> None:
+    """Wait until every one-way request this process sent has been handled."""
+    with _clients_lock:
+        clients = list(_clients.values())
+    for client in clients:
+        try:
+            client.flush()
+        except ConnectionError:
+            pass
+
+
+def shutdown() -> None:
+    """Close this process's connections and server (at exit, after children are joined)."""
+    global _hub
+    # what this process sent lands before it exits; a peer that stopped answering
+    # must not hold the exit up for ever
+    flusher = threading.Thread(target=flush, name="fiberlite-exit-flush", daemon=True)
+    flusher.start()
+    flusher.join(EXIT_FLUSH_SECONDS)
+    with _clients_lock:
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close()
+    hub, _hub = _hub, None
+    if hub is not None:
+        hub.close()
+
+
+def _forget(address: str, client: Client) -> None:
+    with _clients_lock:
+        if _clients.get(address) is client:
+            del _clients[address]
+
+
+class ObjectRef:
+    """A picklable reference to a servant: where it lives and its id there."""
+
+    __slots__ = ("address", "oid")
+
+    def __init__(self, address: str, oid: int) -> None:
+        self.address = address
+        self.oid = oid
+
+    def __reduce__(self):
+        return (ObjectRef, (self.address, self.oid))
+
+    def __repr__(self) -> str:
+        return f"<ObjectRef {self.oid}@{self.address}>"
+
+    @property
+    def is_local(self) -> bool:
+        hub = _hub
+        return hub is not None and hub.address == self.address
+
+    def cast(self, method: str, *args: Any) -> None:
+        """Like :meth:`call` for operations that never wait, without waiting for the reply."""
+        hub = _hub
+        if hub is not None and hub.address == self.address:
+            hub.call_local(self.oid, method, _owned(args))
+        else:
+            connect(self.address).cast((self.oid, method, args))
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Run ``method`` on the servant and return its reply (or raise its error)."""
+        hub = _hub
+        if hub is not None and hub.address == self.address:
+            return hub.call_local(self.oid, method, _owned(args))
+        ok, value = connect(self.address).request((self.oid, method, args))
+        if ok:
+            return value
+        raise value
+
+
+def _owned(args: tuple) -> tuple:
+    """``args`` of a call to a servant of this process: a remote call is encoded (copied)
+    when it is sent, a local one is handed over as it is, so payloads that view the
+    caller's memory are copied here (``send(array)`` then ``array[:] = 0`` is safe)."""
+    for arg in args:
+        if type(arg) is Payload and arg.buffers:
+            return tuple(a.owned() if type(a) is Payload else a for a in args)
+    return args
+
+
+class LockedServant(Servant):
+    """A servant whose operations run under one lock, replying after releasing it."""
+
+    def __init__(self) -> None:
+        import threading as _threading
+        self._lock = _threading.Lock()
+        self._scheduler = get_hub().scheduler
+
+    def run_actions(self, actions) -> None:
+        for action in actions:
+            action()
+
+    def schedule_expiry(self, timeout: float, waiter, waiters, error) -> Any:
+        """Answer ``waiter`` with ``error()`` (or False for a poll) after ``timeout`` seconds."""
+        def expire() -> None:
+            with self._lock:
+                if waiter.done:
+                    return
+                waiter.finish()
+                try:
+                    waiters.remove(waiter)
+                except ValueError:
+                    pass
+            if error is None:
+                waiter.request.reply(False)
+            else:
+                waiter.request.fail(error())
+        return self._scheduler.call_later(timeout, expire)

@@ -1,0 +1,228 @@
+"""Parent side of a job's life: pickle the Process, create the job, hand the Process
+over when the job dials back, and report its exit code.
+
+    parent                                       job (python -m fiberlite.runtime.bootstrap)
+    Launch: register JobChannel, create job  ->  dial hub, authenticate
+                                              <-  fetch
+    reply (preparation, pickled Process)     ->  prepare, run, report exit code
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+from .. import config
+from . import identity
+from ..backends import JobSpec, get_backend
+from .handles import expire_exports, exports_for_job
+from .hub import Servant, get_hub
+from ..meta import requests_of
+from ..wire.codec import Payload
+
+# "python" is the job's own interpreter: the local backend runs sys.executable, container
+# backends the image's python
+BOOTSTRAP = ["python", "-m", "fiberlite.runtime.bootstrap"]
+
+
+class JobChannel(Servant):
+    """The parent's end of one job: hands over the Process once, records its exit code."""
+
+    def __init__(self, preparation: Payload, process: Payload, exports: list) -> None:
+        self._parts: tuple | None = (preparation, process)
+        self._exports = exports  # pipe ends pickled with the Process
+        self.peer: int | None = None
+        self.reported: int | None = None
+        self.connected = threading.Event()
+        self.lost = threading.Event()
+
+    def op_fetch(self, request) -> None:
+        if self._parts is None:
+            request.fail(RuntimeError("this job was already started"))
+            return
+        parts, self._parts = self._parts, None
+        self.peer = request.peer
+        self.connected.set()
+        request.reply(parts)
+
+    def op_exit(self, request, exitcode: int) -> None:
+        self.reported = exitcode
+        request.reply()
+
+    def peer_lost(self, peer: int) -> None:
+        if peer == self.peer:
+            self.lost.set()
+            self.release_exports()
+
+    def release_exports(self) -> None:
+        """The job has ended: pipe ends it never unpickled no longer hold their pipe open."""
+        exports, self._exports = self._exports, []
+        if exports:
+            expire_exports(exports)
+
+
+def describe_unpicklable(process: Any, exc: Exception) -> str:
+    """Name the part of a Process that cannot be pickled."""
+    from ..wire.codec import dumps_bytes
+    parts = [("target", getattr(process, "_target", None))]
+    parts += [(f"argument {i}", a) for i, a in enumerate(getattr(process, "_args", ()))]
+    parts += [(f"keyword argument {k!r}", v) for k, v in getattr(process, "_kwargs", {}).items()]
+    for label, value in parts:
+        try:
+            dumps_bytes(value)
+        except Exception:
+            return f"{label} {value!r:.200}"
+    return f"the Process object {process!r} (an attribute of your subclass?)"
+
+
+def pack_process(process: Any) -> Payload:
+    try:
+        return Payload.pack(process)
+    except Exception as exc:
+        culprit = describe_unpicklable(process, exc)
+        message = (f"cannot start {process.name}: {culprit} cannot be pickled ({exc}). "
+                   "The target, its arguments and the Process are sent to the new job; "
+                   "pass picklable objects, or create this one inside the target.")
+        try:
+            error = type(exc)(message)
+        except Exception:
+            error = TypeError(message)
+        raise error from exc
+
+
+def preparation(process: Any) -> dict[str, Any]:
+    """What the job needs before it can unpickle the Process."""
+    from ..process import current_process
+    main = sys.modules.get("__main__")
+    return {
+        "sys_path": list(sys.path),
+        "cwd": os.getcwd(),
+        "settings": config.settings(),
+        "parent_name": current_process().name,
+        "parent_pid": os.getpid(),
+        "main_path": getattr(main, "__file__", None),
+        "run_id": identity.run_id(),
+    }
+
+
+def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> JobSpec:
+    settings = config.settings()
+    target = getattr(process, "_target", None)
+    wants = requests_of(target, type(process))
+    run = identity.run_id()
+    parent = os.environ.get("FIBERLITE_JOB_NAME", "master")
+    name = f"fl-{run}-{'-'.join(str(i) for i in process._identity)}"
+    return JobSpec(
+        command=list(BOOTSTRAP),
+        name=name,
+        image=wants.get("image") or settings.get("image"),
+        env={"FIBERLITE_HUB": hub_address, "FIBERLITE_JOB": str(oid),
+             "FIBERLITE_RUN_ID": run, "FIBERLITE_JOB_NAME": name,
+             "FIBERLITE_BACKEND": backend_name, "PYTHONUNBUFFERED": "1"},
+        secret_env=identity.key_env(),
+        cpu=wants.get("cpu", settings.get("cpu")),
+        memory=wants.get("memory", settings.get("memory")),
+        gpu=wants.get("gpu", settings.get("gpu")),
+        labels={"fiberlite/run": run, "fiberlite/job": name, "fiberlite/parent": parent},
+        cwd=os.getcwd(),
+    )
+
+
+_watchers: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+def join_watchers(timeout: float) -> None:
+    """Wait (up to ``timeout`` seconds in all) for the sentinel threads, once every job
+    has ended (at exit): a daemon thread still talking to the backend (removing its
+    job's container or pod) when the interpreter is torn down aborts the process."""
+    deadline = time.monotonic() + timeout
+    for watcher in list(_watchers):
+        watcher.join(max(0.0, deadline - time.monotonic()))
+
+
+class Launch:
+    """A started job (``multiprocessing``'s ``Popen`` counterpart)."""
+
+    def __init__(self, process: Any) -> None:
+        backend_name = process._backend_name or config.get("backend")
+        self.backend = get_backend(backend_name)
+        self.backend.preflight()
+        hub = get_hub(backend_name)
+        with exports_for_job() as exports:
+            try:
+                process_payload = pack_process(process)
+                self.channel = JobChannel(Payload.pack(preparation(process)), process_payload,
+                                          exports)
+                self.ref = hub.register(self.channel)
+                self.job = self.backend.create_job(
+                    job_spec(process, backend_name, hub.address, self.ref.oid))
+            except BaseException:
+                expire_exports(exports)  # no job will use what was pickled for it
+                raise
+        self.pid = self.job.pid
+        self.returncode: int | None = None
+        self._sentinel: int | None = None
+        self._lock = threading.Lock()
+
+    def _finish(self, code: int) -> int:
+        with self._lock:
+            if self.returncode is None:
+                reported = self.channel.reported  # exact even where a backend only sees 128+N
+                self.returncode = reported if reported is not None else code
+                get_hub().unregister(self.ref.oid)
+                self.channel.release_exports()
+                try:
+                    self.backend.cleanup(self.job)
+                except Exception:
+                    pass
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        code = self.backend.wait(self.job, 0)
+        return None if code is None else self._finish(code)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        code = self.backend.wait(self.job, timeout)
+        return None if code is None else self._finish(code)
+
+    def terminate(self, force: bool) -> None:
+        if self.poll() is None:
+            self.backend.terminate(self.job, force=force)
+
+    def sentinel(self) -> int:
+        if self._sentinel is None:
+            fd = self.backend.sentinel(self.job)
+            if fd is None:
+                fd = self._watcher_fd()
+            self._sentinel = fd
+        return self._sentinel
+
+    def _watcher_fd(self) -> int:
+        """A pipe whose read end becomes readable (EOF) when the job ends."""
+        read_fd, write_fd = os.pipe()
+
+        def watch() -> None:
+            try:
+                self.wait()
+            finally:
+                os.close(write_fd)
+
+        watcher = threading.Thread(target=watch, name="fiberlite-sentinel", daemon=True)
+        _watchers.add(watcher)
+        watcher.start()
+        return read_fd
+
+    def close(self) -> None:
+        if self._sentinel is not None:
+            try:
+                os.close(self._sentinel)
+            except OSError:
+                pass
+            self._sentinel = None

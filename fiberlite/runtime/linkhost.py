@@ -1,0 +1,214 @@
+"""The owner's side of links (:mod:`fiberlite.runtime.pipelink`), for any servant made of channels.
+
+A servant links a *slot* to one job: what it forwards is read by that job (the slot's
+*forward* channel, if any), what the job sends comes back over the link into the
+slot's *return* channel, read in the owner's process. A pipe's slot is the end the job
+reads (forward: that end's inbox; return: the other end's); a queue has a slot for a
+job that only gets (forward) and one for a job that only puts (return).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Hashable
+
+from . import pipelink, identity
+from .channel import Channel
+from .hub import LOCAL_PEER, LockedServant, ObjectRef
+from ..wire.codec import Payload
+
+
+class LinkingServant(LockedServant):
+    """A servant whose slots may be linked to jobs; subclasses say which channels a slot
+    moves and when a job may have it (:meth:`_may_link`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: dict[Hashable, pipelink.Forwarder] = {}
+        self.never_link: set = set()  # slots whose link ended are not linked again
+
+    # -- for subclasses --------------------------------------------------------------------
+    def _forward_channel(self, slot: Hashable) -> Channel | None:
+        """The channel whose items go to the job linked to ``slot``."""
+        raise NotImplementedError
+
+    def _return_channel(self, slot: Hashable) -> Channel | None:
+        """The channel into which what that job sends goes."""
+        raise NotImplementedError
+
+    def _may_link(self, slot: Hashable, peer: int) -> bool:
+        """Whether ``slot`` may be linked to the job ``peer`` now (the lock is held)."""
+        raise NotImplementedError
+
+    def _readable(self, channel: Channel) -> list:
+        """Actions once ``channel`` may have become readable (to wake watchers)."""
+        return []
+
+    # -- forwarding ------------------------------------------------------------------------
+    def _forward(self, slot: Hashable, payload: Payload) -> bool | None:
+        """Send ``payload`` over the link of ``slot``: True sent, None no link; False the
+        link cannot take it (it is then being unlinked). The lock is held."""
+        link = self.links.get(slot)
+        if link is None or link.state != pipelink.LINKED:
+            return None
+        if link.forward(pipelink.item_frame(payload)):
+            self._forward_channel(slot).enqueued += 1  # type: ignore[union-attr]
+            return True
+        return False
+
+    def forward_local(self, slot: Hashable, payload: Payload) -> bool:
+        """A put or send of this process, straight over the link of ``slot``; False: make
+        it as usual (no link, or it is ending)."""
+        with self._lock:
+            sent = self._forward(slot, payload)
+            if sent is not False:
+                return bool(sent)
+            actions = self._unlink(slot)
+        self.run_actions(actions)
+        return False
+
+    # -- making a link ---------------------------------------------------------------------
+    def op_link(self, request, slot: Hashable, address: str, mailbox: ObjectRef, token: int) -> None:
+        """The job of ``request`` listens at ``address`` for ``slot``: link it if it may;
+        the reply says whether."""
+        with self._lock:
+            agreed = (request.peer != LOCAL_PEER and slot not in self.links
+                      and slot not in self.never_link and self._may_link(slot, request.peer))
+            if agreed:
+                forwarder = pipelink.Forwarder(request.peer, mailbox, token)
+                self.links[slot] = forwarder
+        request.reply(agreed)
+        if agreed:
+            threading.Thread(target=self._connect_link, args=(slot, forwarder, address),
+                             daemon=True, name="fiberlite-link").start()
+
+    def _connect_link(self, slot: Hashable, forwarder: pipelink.Forwarder, address: str) -> None:
+        try:
+            link = pipelink.Link.dial(address, identity.key())
+        except Exception:
+            link = None
+        with self._lock:
+            if self.links.get(slot) is not forwarder or link is None or not link.send(pipelink.READY_FRAME):
+                if self.links.get(slot) is forwarder:
+                    self._drop(slot)
+                if link is not None:
+                    link.close()
+                return
+            forwarder.connected(link)
+            actions: list = []
+            back = self._return_channel(slot)
+            if back is not None:  # reads of this process waiting there read the link now
+                retry = back.take_getters(lambda r: r.peer == LOCAL_PEER)
+                actions += [lambda r=request: r.reply(pipelink.RETRY) for request in retry]
+            ahead = self._forward_channel(slot)
+            if ahead is not None:
+                while ahead.items and forwarder.forward(pipelink.item_frame(ahead.items[0])):
+                    ahead.items.popleft()
+                if ahead.items:  # full already (a reader that stopped reading)
+                    actions += self._unlink(slot)
+                else:
+                    actions += self._forward_eof(slot)
+        link.on_lost(lambda: self._link_lost(slot, forwarder))
+        self.run_actions(actions)
+
+    def _forward_eof(self, slot: Hashable) -> list:
+        """Tell the job linked to ``slot`` that its writers are gone, after what they sent."""
+        link = self.links.get(slot)
+        ahead = self._forward_channel(slot)
+        if link is not None and link.state == pipelink.LINKED and ahead is not None and ahead.writers_gone:
+            if not link.forward(pipelink.EOF_FRAME):
+                return self._unlink(slot)
+        return []
+
+    def _drop(self, slot: Hashable) -> None:
+        del self.links[slot]
+        self.never_link.add(slot)
+
+    # -- ending a link ---------------------------------------------------------------------
+    def _unlink(self, slot: Hashable) -> list:
+        """Stop forwarding to the job linked to ``slot`` and ask it for what it has not read;
+        the slot's other readers wait until that is back (``relinquish``). The lock is held."""
+        link = self.links.get(slot)
+        if link is None or link.state == pipelink.UNLINKING:
+            return []
+        if link.state == pipelink.LINKING:  # not linked yet: the link is dropped when made
+            self._drop(slot)
+            return []
+        link.state = pipelink.UNLINKING
+        ahead = self._forward_channel(slot)
+        if ahead is not None:
+            ahead.held = True
+
+        def ask() -> None:
+            try:
+                link.ask_back()
+            except (ConnectionError, ReferenceError):
+                self._link_lost(slot, link)  # the job has gone
+        return [ask]
+
+    def op_unlink(self, request, slot: Hashable, token: int) -> None:
+        """The linked job asks to go through the hub again; the reply says whether it will
+        be asked for what it has not read (else its link is gone here)."""
+        with self._lock:
+            link = self.links.get(slot)
+            asked = link is not None and link.token == token and link.state != pipelink.LINKING
+            actions = self._unlink(slot)
+        request.reply(asked)
+        self.run_actions(actions)
+
+    def op_relinquish(self, request, slot: Hashable, token: int, unread: list) -> None:
+        """What the linked job had received and not consumed, to be read first; what it sent
+        over the link before its :data:`~fiberlite.runtime.pipelink.END` is taken from the link."""
+        with self._lock:
+            link = self.links.get(slot)
+            if link is not None and link.token != token:
+                link = None
+        if link is not None:
+            self._take_link(slot, link, unread, until_end=True)
+        request.reply()
+
+    def _link_lost(self, slot: Hashable, link: pipelink.Forwarder) -> None:
+        """The job's connection ended: what it was sent and did not read is gone; what it
+        sent and had arrived is read."""
+        self._take_link(slot, link, [], until_end=False)
+
+    def _take_link(self, slot: Hashable, link: pipelink.Forwarder, unread: list, until_end: bool) -> None:
+        with link.take_lock:  # one taker; a second one finds it done
+            if link.taken:
+                return
+            sent = link.take_sent(until_end)  # waits for the frames still on their way
+            with self._lock:
+                if self.links.get(slot) is not link:
+                    return
+                self._drop(slot)
+                actions: list = []
+                ahead = self._forward_channel(slot)
+                if ahead is not None:
+                    actions += ahead.release(unread) + self._readable(ahead)
+                back = self._return_channel(slot)
+                if back is not None:
+                    actions += back.extend(sent) + self._readable(back)
+        self.run_actions(actions + [link.close])
+
+    def links_of(self, peer: int) -> list:
+        """``(slot, link)`` of the links of the job ``peer``."""
+        return [(slot, link) for slot, link in list(self.links.items()) if link.reader_peer == peer]
+
+    # -- reading, in this process, what a linked job sends -----------------------------------
+    def receive_returned(self, slot: Hashable, timeout: float | None = None, peek: bool = False) -> Any:
+        """What the job linked to ``slot`` sent next: a Payload (or with ``peek`` True),
+        False after ``timeout``; None: read the channel instead (no link, or something to
+        read there first)."""
+        link = self.links.get(slot)
+        if link is None or link.state != pipelink.LINKED or self._return_channel(slot).items:  # type: ignore[union-attr]
+            return None
+        reading = link.reading
+        with reading.lock:
+            try:
+                item = reading.next(timeout) if peek else reading.take(timeout)
+            except pipelink.Unlinked:
+                return None
+            if item is None:
+                return False
+            if item is pipelink.END:
+                return None  # the link is ending: what it carried will be in the channel
+            return True if peek else item
