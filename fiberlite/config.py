@@ -185,12 +185,3 @@ def adopt(values: dict[str, Any]) -> None:
         _inherited = {k: v for k, v in values.items() if k in SETTINGS and k not in _PER_JOB}
         _overrides.clear()
         _resolved = None
-
-
-def listen_host(backend: str | None = None) -> str:
-    """The address jobs of ``backend`` (default: the configured one) use to reach this process."""
-    host = get("listen_host")
-    if host:
-        return host
-    from .backends import get_backend
-    return get_backend(backend or get("backend")).listen_host()

@@ -131,7 +131,7 @@ class Process:
         assert not current_process().daemon, "daemonic processes are not allowed to have children"
         _reap()
         from .runtime.launcher import Launch
-        self._popen = Launch(self)
+        self._popen = Launch(self, current_process().name)
         # the job has its own copy; drop ours so the target can be collected (as multiprocessing does)
         del self._target, self._args, self._kwargs
         _children.add(self)
@@ -328,11 +328,17 @@ def release_links() -> None:
 
 
 def _at_exit() -> None:
+    """This process's exit, in order: children ended or joined; their watchers done;
+    links handed back; backends closed (watches stopped, the run's Secrets removed);
+    then the hub's sockets. Only what this process has used is loaded here."""
     _exit_function()
     launcher = sys.modules.get("fiberlite.runtime.launcher")
     if launcher is not None:
         launcher.join_watchers(WATCHER_JOIN_SECONDS)
     release_links()
+    backends = sys.modules.get("fiberlite.backends")
+    if backends is not None:
+        backends.close_all()
     hub = sys.modules.get("fiberlite.runtime.hub")
     if hub is not None:
         hub.shutdown()

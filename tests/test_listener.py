@@ -12,6 +12,7 @@ import pytest
 import fiberlite
 from fiberlite.connection import Client, Listener, Pipe, SocketConnection, wait
 from fiberlite.errors import AuthenticationError
+from fiberlite.runtime.hub import listen_host
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +45,7 @@ def accept_in_background(listener):
 def test_a_job_connects_with_the_runs_key_and_objects_travel_by_value():
     with Listener() as listener:
         host, port = listener.address
-        assert host == fiberlite.config.listen_host() and port > 0
+        assert host == listen_host() and port > 0
         p = fiberlite.Process(target=call_back, args=(listener.address,))
         p.start()
         with listener.accept() as conn:

@@ -8,7 +8,7 @@ import threading
 from ..errors import ConfigError
 from .base import Backend, Job, JobSpec, JobState
 
-__all__ = ["Backend", "Job", "JobSpec", "JobState", "get_backend", "known_backends"]
+__all__ = ["Backend", "Job", "JobSpec", "JobState", "get_backend", "known_backends", "close_all"]
 
 _BUILTIN = {
     "local": "fiberlite.backends.local:LocalBackend",
@@ -54,3 +54,14 @@ def get_backend(name: str) -> Backend:
             cls = getattr(importlib.import_module(module_name), class_name)
             _instances[name] = cls()
         return _instances[name]
+
+
+def close_all() -> None:
+    """Close every backend this process has used (at exit, once its children are gone)."""
+    with _lock:
+        backends = list(_instances.values())
+    for backend in backends:
+        try:
+            backend.close()
+        except Exception:
+            pass

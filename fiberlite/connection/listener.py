@@ -93,7 +93,7 @@ def _key(authkey: bytes | None) -> bytes:
 
 
 def _default_address() -> tuple[str, int]:
-    from ..config import listen_host
+    from ..runtime.hub import listen_host
     return (listen_host(None), 0)
 
 

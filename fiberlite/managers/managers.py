@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pynng
 
 from ..errors import ConnectionLost, ProcessError, RemoteTraceback
+from ..process import Process, current_process
 from ..runtime.finalizing import CastQueue
 from ..runtime.hub import Servant, connect, get_hub, ObjectRef
 from ..wire.codec import Payload
@@ -304,7 +305,6 @@ def _serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | 
     ``control`` is this job's end of a pipe served by the manager's process: the job
     sends its server's reference on it, then waits on it for "stop" (or EOF).
     """
-    from ..process import current_process
     # The job is daemonic for its parent (terminated, not joined, at exit) but may start
     # jobs of its own, as a Pool held by the manager does.
     current_process()._daemonic = False
@@ -797,9 +797,6 @@ class BaseManager:
                 "by address is not supported)")
         if serializer != "pickle":
             raise ValueError(f"unsupported serializer {serializer!r}: only 'pickle' is available")
-        if ctx is None:
-            from ..context import default_context
-            ctx = default_context
         self._ctx = ctx
         self._authkey = authkey  # accepted for compatibility; connections use the run's key
         self._shutdown_timeout = shutdown_timeout
@@ -819,7 +816,7 @@ class BaseManager:
             raise TypeError("initializer must be a callable")
         from ..connection.pipe import Pipe
         control, job_end = Pipe()
-        process = self._ctx.Process(target=_serve, args=(self._registry, job_end, initializer,
+        process = (Process if self._ctx is None else self._ctx.Process)(target=_serve, args=(self._registry, job_end, initializer,
                                                          tuple(initargs)), daemon=True)
         process.name = f"{type(self).__name__}-{':'.join(str(i) for i in process._identity)}"
         process.start()

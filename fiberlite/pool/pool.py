@@ -56,6 +56,7 @@ from multiprocessing.connection import wait as wait_for
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import ProcessError
+from ..process import Process
 from ..runtime.hub import get_hub
 from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
@@ -183,12 +184,12 @@ class _Core:
     """The state and threads of one pool; the ``Pool`` object is its facade."""
 
     def __init__(self, processes: int, initializer: Any, initargs: tuple,
-                 maxtasks: int | None, context: Any) -> None:
+                 maxtasks: int | None, process_type: type) -> None:
         self.processes = processes
         self.initializer = initializer
         self.initargs = tuple(initargs)
         self.maxtasks = maxtasks
-        self.context = context
+        self.process_type = process_type  # the context's Process: a job on its backend
         self.state = RUN
         self.results: dict[int, Any] = {}
         self._job_ids = itertools.count()
@@ -283,7 +284,7 @@ class _Core:
     # -- workers ---------------------------------------------------------------------------
     def _start_worker(self) -> None:
         wid = next(self._wids)
-        process = self.context.Process(
+        process = self.process_type(
             target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
             args=(self.ref, wid, self.initializer, self.initargs, self.maxtasks))
         self.dispatcher.add_worker(wid)
@@ -433,9 +434,6 @@ class Pool:
                  context: Any = None) -> None:
         self._state = RUN
         self._core: _Core | None = None
-        if context is None:
-            from ..context import default_context
-            context = default_context
         if processes is None:
             processes = os.cpu_count() or 1
         if processes < 1:
@@ -448,7 +446,8 @@ class Pool:
             raise TypeError("initializer must be a callable")
         self._processes = processes
         self._ctx = context
-        self._core = _Core(processes, initializer, tuple(initargs), maxtasksperchild, context)
+        self._core = _Core(processes, initializer, tuple(initargs), maxtasksperchild,
+                           Process if context is None else context.Process)
 
     # -- state -----------------------------------------------------------------------------
     def _check_running(self) -> _Core:

@@ -65,6 +65,7 @@ from ..errors import RemoteTraceback, RingError
 from ..errors import TimeoutError as _MPTimeoutError
 from ..runtime.hub import LOCAL_PEER, ObjectRef, Servant, connect, flush, get_hub
 from ..meta import ATTRIBUTE as META_ATTRIBUTE
+from ..process import Process
 from ..wire.codec import Payload
 from ..wire.tls import host_port, is_tls
 
@@ -764,8 +765,6 @@ class Ring:
             raise TypeError(f"initializer must be callable, not {initializer!r}")
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be a positive number of seconds or None")
-        if context is None:
-            from ..context import default_context as context
         self.world_size = processes
         self._context = context
         self._target = target
@@ -802,7 +801,7 @@ class Ring:
             for rank in range(self.world_size):
                 main = _MemberMain(self._ref, rank, self.world_size, self._target, self._args,
                                    self._kwargs, self._initializer, self._initargs, self.timeout)
-                process = self._context.Process(target=main, name=f"{self.name}-{rank}")
+                process = (Process if self._context is None else self._context.Process)(target=main, name=f"{self.name}-{rank}")
                 process.start()
                 self.processes.append(process)
         except BaseException:

@@ -207,6 +207,14 @@ _clients_lock = threading.Lock()
 _dialing: dict[str, threading.Lock] = {}
 
 
+def listen_host(backend: str | None = None) -> str:
+    """The address jobs of ``backend`` (default: the configured one) use to reach this process:
+    the ``listen_host`` setting, else what the backend says."""
+    from .. import config
+    from ..backends import get_backend
+    return config.get("listen_host") or get_backend(backend or config.get("backend")).listen_host()
+
+
 def get_hub(backend: str | None = None) -> Hub:
     """This process's hub, started on first use where jobs of ``backend`` (default: the
     configured one) can reach it. A hub already listening only on loopback cannot serve
@@ -216,7 +224,6 @@ def get_hub(backend: str | None = None) -> Hub:
     if hub is None:
         with _hub_lock:
             if _hub is None:
-                from ..config import listen_host
                 _hub = Hub(listen_host(backend))
             hub = _hub
     elif backend is not None:
@@ -225,7 +232,6 @@ def get_hub(backend: str | None = None) -> Hub:
 
 
 def _check_reachable(hub: Hub, backend: str) -> None:
-    from ..config import listen_host
     host = host_port(hub.address)[0]
     if host.startswith("127.") or host in ("localhost", "::1"):
         wanted = listen_host(backend)

@@ -93,15 +93,14 @@ def pack_process(process: Any) -> Payload:
         raise error from exc
 
 
-def preparation(process: Any) -> dict[str, Any]:
+def preparation(parent_name: str) -> dict[str, Any]:
     """What the job needs before it can unpickle the Process."""
-    from ..process import current_process
     main = sys.modules.get("__main__")
     return {
         "sys_path": list(sys.path),
         "cwd": os.getcwd(),
         "settings": config.settings(),
-        "parent_name": current_process().name,
+        "parent_name": parent_name,
         "parent_pid": os.getpid(),
         "main_path": getattr(main, "__file__", None),
         "run_id": identity.run_id(),
@@ -144,9 +143,10 @@ def join_watchers(timeout: float) -> None:
 
 
 class Launch:
-    """A started job (``multiprocessing``'s ``Popen`` counterpart)."""
+    """A started job (``multiprocessing``'s ``Popen`` counterpart); ``parent_name`` is
+    what ``parent_process().name`` gives in the job."""
 
-    def __init__(self, process: Any) -> None:
+    def __init__(self, process: Any, parent_name: str) -> None:
         backend_name = process._backend_name or config.get("backend")
         self.backend = get_backend(backend_name)
         self.backend.preflight()
@@ -154,7 +154,7 @@ class Launch:
         with exports_for_job() as exports:
             try:
                 process_payload = pack_process(process)
-                self.channel = JobChannel(Payload.pack(preparation(process)), process_payload,
+                self.channel = JobChannel(Payload.pack(preparation(parent_name)), process_payload,
                                           exports)
                 self.ref = hub.register(self.channel)
                 self.job = self.backend.create_job(

@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import secrets
@@ -388,7 +387,6 @@ class KubernetesBackend(Backend):
     def __init__(self) -> None:
         self._sessions: dict[tuple, Session] = {}
         self._lock = threading.Lock()
-        atexit.register(self._at_exit)
 
     def _session(self) -> Session:
         """The session for the current settings (a new one when kubeconfig/namespace change)."""
@@ -454,16 +452,6 @@ class KubernetesBackend(Backend):
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             session.close()
-
-    def _at_exit(self) -> None:
-        if not self._sessions:
-            return
-        try:  # children first (as the core would, a moment later): they may still need the Secret
-            from ...process import _exit_function
-            _exit_function()
-        except Exception:
-            pass
-        self.close()
 
     # -- for the command line ------------------------------------------------------------
     def list_jobs(self, run_id: str | None = None) -> list[tuple[str, str, str]]:
