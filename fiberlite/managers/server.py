@@ -3,9 +3,9 @@
 :func:`_serve` is the job's target: it registers a :class:`ManagerServer` with the job's
 hub and serves until the manager (:mod:`.manager`) says stop. The server holds the shared
 objects by id, counts the references jobs hold to them, and runs the calls of each
-calling thread on a thread of its own (:class:`_Worker`). Replies are
-``("ok", value)``, ``("proxy", typeid, id, exposed, proxytype)`` for a new shared object,
-or an error payload that :mod:`.calls` raises in the caller.
+calling thread on a thread of its own (:class:`_Worker`). Its replies to ``create`` and
+``invoke`` are ``("ok", value)``, ``("proxy", typeid, id, exposed, proxytype)`` for a new
+shared object, or an error payload that :mod:`.calls` raises in the caller.
 """
 from __future__ import annotations
 
