@@ -192,7 +192,7 @@ class BaseContext:
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
 
     def Manager(self):
-        from .managers.managers import SyncManager
+        from .managers.manager import SyncManager
         manager = SyncManager(ctx=self)
         manager.start()
         return manager

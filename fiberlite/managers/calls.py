@@ -1,0 +1,117 @@
+"""Calling a manager's server from any job; what proxies and managers share.
+
+A :class:`Token` names one shared object. :func:`_server_call` sends a request to the
+server (:mod:`.server`) and turns a lost connection into a clear error; the calling
+thread is named to the server by :func:`_caller`. Managers known to be gone are kept in
+``_dead``, so that proxies (:mod:`.proxies`) fail at once and their reference changes,
+queued by finalizers in ``_pending``, are not sent; :mod:`.manager` marks its server
+gone when it shuts it down.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any
+
+import pynng
+
+from ..errors import ConnectionLost, RemoteTraceback
+from ..runtime.finalizing import CastQueue
+from ..runtime.hub import connect, ObjectRef
+from ..wire.codec import Payload
+
+__all__ = ["Token"]
+
+
+class Token:
+    """Names one shared object: its type id, the server holding it and its id there."""
+
+    __slots__ = ("typeid", "server", "id")
+
+    def __init__(self, typeid: str, server: ObjectRef, id: int) -> None:
+        self.typeid = typeid
+        self.server = server
+        self.id = id
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    def __reduce__(self):
+        return (Token, (self.typeid, self.server, self.id))
+
+    def __repr__(self) -> str:
+        return f"Token(typeid={self.typeid!r}, address={self.address!r}, id={self.id})"
+
+
+_dead: set[str] = set()            # addresses of managers known to be gone
+_watched: dict[str, Any] = {}      # address -> the connection watched for loss
+_sending = threading.Lock()        # held while a cast is sent; taken to mark a manager dead
+# reference changes asked for by finalizers, not sent to managers known to be gone
+_pending = CastQueue("fiberlite-manager-refs", skip=lambda ref: ref.address in _dead,
+                     guard=_sending)
+_tls = threading.local()
+_caller_ids = itertools.count(1)
+
+
+def _gone(address: str, cause: BaseException | None = None) -> ConnectionLost:
+    detail = f" ({cause})" if cause is not None else ""
+    return ConnectionLost(f"the manager at {address} is no longer running: it was shut down "
+                          f"or its job ended{detail}; its proxies cannot be used any more")
+
+
+def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
+    """Call the manager server, turning a lost or refused connection into a clear error."""
+    address = ref.address
+    if address in _dead:
+        raise _gone(address)
+    try:
+        if not ref.is_local:
+            client = connect(address)
+            if _watched.get(address) is not client:
+                _watched[address] = client
+                client.on_lost(lambda: _dead.add(address))
+        return ref.call(method, *args)
+    except (ConnectionError, pynng.NNGException) as exc:
+        _dead.add(address)
+        raise _gone(address, exc) from exc
+
+
+class _CallerId:
+    """Identifies the calling thread to servers; when the thread ends, they forget it."""
+
+    __slots__ = ("value", "__weakref__")
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+def _caller(ref: ObjectRef) -> int:
+    state = getattr(_tls, "state", None)
+    if state is None:
+        servers: dict[str, ObjectRef] = {}
+        state = _tls.state = (_CallerId(next(_caller_ids)), servers)
+        weakref.finalize(state[0], _forget_caller, state[0].value, servers).atexit = False
+    caller, servers = state
+    if ref.address not in servers:
+        servers[ref.address] = ref
+    return caller.value
+
+
+def _forget_caller(caller: int, servers: dict) -> None:
+    for ref in list(servers.values()):
+        _pending.put(ref, "forget_caller", caller)
+
+
+def _queue_decref(ref: ObjectRef, oid: int) -> None:
+    _pending.put(ref, "decref", oid)  # from a finalizer
+
+
+def _raise_remote(packed: Payload | None, tb: str, type_name: str, message: str) -> None:
+    exc: BaseException
+    try:
+        exc = packed.unpack() if packed is not None else RuntimeError(f"{type_name}: {message}")
+    except Exception:
+        exc = RuntimeError(f"{type_name}: {message}")
+    raise exc from RemoteTraceback("\n--- traceback in the manager job ---\n" + tb)
