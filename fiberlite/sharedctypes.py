@@ -30,7 +30,7 @@ import threading
 from typing import Any
 
 from .runtime.hub import LOCAL_PEER, Servant
-from .synchronize.synchronize import RLock, _LockBase, _Shared
+from .synchronize.primitives import RLock, _LockBase, _Shared
 
 __all__ = ["RawValue", "RawArray", "Value", "Array", "copy", "typecode_to_type",
            "Synchronized", "SynchronizedArray", "SynchronizedString"]
