@@ -25,7 +25,7 @@ from fiberlite.errors import RingError
 from fiberlite.ring import Ring, RingTimeoutError
 from fiberlite.ring.ring import _MemberMain
 from fiberlite.ring import link as ringlink
-from fiberlite.ring.link import Link, LinkLost
+from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.wire import auth
 
 pytestmark = pytest.mark.timeout(60)
@@ -464,9 +464,9 @@ def test_ring_path_collective_times_out():
 KEY = b"k" * 32
 
 
-def connected_pair(key_of_1: bytes = KEY) -> tuple[Link, Link]:
+def connected_pair(key_of_1: bytes = KEY) -> tuple[NeighbourLink, NeighbourLink]:
     """Rank 0 and rank 1 of a two-member ring, both in this process."""
-    a, b = Link("127.0.0.1"), Link("127.0.0.1")
+    a, b = NeighbourLink("127.0.0.1"), NeighbourLink("127.0.0.1")
     errors = []
 
     def connect(link, rank, other, key):
@@ -513,10 +513,10 @@ def test_link_moves_bytes_in_order_whatever_the_cut():
 
 
 def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
-    b = Link("127.0.0.1")
+    b = NeighbourLink("127.0.0.1")
     intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
     intruder.settimeout(20)
-    a = Link("127.0.0.1")
+    a = NeighbourLink("127.0.0.1")
     errors = []
 
     def connect(link, rank, other):
@@ -557,9 +557,9 @@ def test_link_connects_the_neighbour_while_another_connection_stays_silent(monke
     # a connection that never speaks must not hold up the one behind it until the
     # handshake's timeout (made far longer than this test may take)
     monkeypatch.setattr(ringlink, "HANDSHAKE_SECONDS", 600.0)
-    b = Link("127.0.0.1")
+    b = NeighbourLink("127.0.0.1")
     silent = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
-    a = Link("127.0.0.1")
+    a = NeighbourLink("127.0.0.1")
     errors: list = []
     done = threading.Event()
 
@@ -606,17 +606,17 @@ def test_link_abort_timeout_and_a_closed_neighbour():
         def waiter():
             try:
                 b.wait_received(b.receive(np.empty(8, np.uint8)))
-            except LinkLost as exc:
+            except NeighbourLinkLost as exc:
                 outcome.append(exc)
         thread = threading.Thread(target=waiter)
         thread.start()
         b.abort()                               # wakes the waiting thread
         thread.join(20)
-        assert not thread.is_alive() and isinstance(outcome[0], LinkLost) and outcome[0].rank == 0
-        with pytest.raises(LinkLost):           # and fails what comes later
+        assert not thread.is_alive() and isinstance(outcome[0], NeighbourLinkLost) and outcome[0].rank == 0
+        with pytest.raises(NeighbourLinkLost):  # and fails what comes later
             b.wait_sent(b.send(np.ones(4)))
         b.close()                               # a sees its neighbour's connection end
-        with pytest.raises(LinkLost) as info:
+        with pytest.raises(NeighbourLinkLost) as info:
             a.wait_received(a.receive(np.empty(1 << 20, np.uint8)), time.monotonic() + 20)
         assert info.value.rank == 1
     finally:

@@ -16,7 +16,7 @@ servant, and waits on its own inbox. Messages on one connection stay in order; e
 collective call gets the next sequence number, so all ranks must call the same
 collectives in the same order (as with MPI or torch.distributed). The bulk data of
 ring reductions travels instead on byte streams between ring neighbours
-(:class:`~fiberlite.ring.link.Link`, connected during the rendezvous).
+(:class:`~fiberlite.ring.link.NeighbourLink`, connected during the rendezvous).
 
 Data: collectives that reduce take numpy arrays, torch tensors (CPU, or on a GPU:
 moved through host memory and back) and Python numbers, nested in dicts, lists and
@@ -58,7 +58,7 @@ except ImportError:  # pragma: no cover - numpy is in every training environment
     raise ImportError("fiberlite.Ring needs numpy: pip install numpy") from None
 
 from . import collectives as coll
-from . import link as ringlink
+from .link import NeighbourLink, NeighbourLinkLost
 from ..runtime import identity
 from .stream import MessageStream
 from ..errors import RemoteTraceback, RingError
@@ -178,7 +178,7 @@ class Member:
 
     def __init__(self, rank: int, world_size: int, table: dict, inbox: RingMember,
                  rendezvous: ObjectRef, timeout: float | None,
-                 link: ringlink.Link | None = None) -> None:
+                 link: NeighbourLink | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.local_rank: int = table["local_rank"][rank]
@@ -198,7 +198,7 @@ class Member:
         self._buffers = coll.Buffers()   # memory of earlier results, reused
         self._link = link                 # byte streams to the ring neighbours
         # without links (tls: links are plain TCP) the streams are messages
-        self._stream: ringlink.Link | MessageStream = link if link is not None else MessageStream(
+        self._stream: NeighbourLink | MessageStream = link if link is not None else MessageStream(
             self._post, self._take, (rank - 1) % world_size, (rank + 1) % world_size)
         self._link_addresses: list[str | None] = table.get("links") or [None] * world_size
         self._hosts: list[str] = table.get("hosts") or [""] * world_size
@@ -287,7 +287,7 @@ class Member:
             (stream.wait_sent if sent else stream.wait_received)(ticket, self._deadline)
         except RingTimeoutError:   # a message stream's own wait, already named
             raise
-        except ringlink.LinkLost:
+        except NeighbourLinkLost:
             self._inbox.check(peer)   # the ring was aborted, or the peer told why it left
             raise RingError(f"rank {peer} left the ring (connection lost)", peer) from None
         except builtins.TimeoutError:
@@ -596,7 +596,7 @@ class _MemberMain:
             hub = get_hub()
             ref = hub.register(inbox)
             if self.world_size > 1 and not is_tls(hub.address):  # listens where the hub does
-                link = ringlink.Link(host_port(hub.address)[0])
+                link = NeighbourLink(host_port(hub.address)[0])
             table = self.rendezvous.call("join", self.rank, ref, socket.gethostname(),
                                          link.address if link is not None else None)
             member = Member(self.rank, self.world_size, table, inbox, self.rendezvous, self.timeout, link)
@@ -625,7 +625,7 @@ class _MemberMain:
         self._report(True, payload)
 
     @staticmethod
-    def _end(member: "Member | None", link: ringlink.Link | None, exc: BaseException | None) -> None:
+    def _end(member: "Member | None", link: NeighbourLink | None, exc: BaseException | None) -> None:
         if member is not None:
             member._close()
             member._farewell(exc)
