@@ -23,7 +23,7 @@ import fiberlite
 from fiberlite.ring import collectives
 from fiberlite.errors import RingError
 from fiberlite.ring import Ring, RingTimeoutError
-from fiberlite.ring.ring import _MemberMain
+from fiberlite.ring.job import _MemberMain
 from fiberlite.ring import link as ringlink
 from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.wire import auth
