@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import fiberlite
-from fiberlite.ring import collectives
+from fiberlite.ring import buffers, collectives
 from fiberlite.errors import RingError
 from fiberlite.ring import Ring, RingTimeoutError
 from fiberlite.ring.job import _MemberMain
@@ -269,7 +269,7 @@ def test_all_reduce_and_reduce_scatter_match_numpy(n):
         dtype, size, op, _ = key[1:] if rs else key
         want = reference([data_of(r, size, dtype) for r in range(n)], op)
         if rs:
-            bounds = collectives.split_bounds(size, n)
+            bounds = buffers.split_bounds(size, n)
             for r in range(n):
                 assert_close(results[r][key], want[bounds[r]:bounds[r + 1]])
         else:
@@ -625,7 +625,7 @@ def test_link_abort_timeout_and_a_closed_neighbour():
 
 
 def test_buffers_reuse_only_blocks_nobody_refers_to():
-    pool = collectives.Buffers(max_blocks=2)
+    pool = buffers.Buffers(max_blocks=2)
     first = pool.empty(1 << 20, np.float32)
     address = first.__array_interface__["data"][0]
     view = first[5:10].reshape(5, 1)

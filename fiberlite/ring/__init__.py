@@ -7,6 +7,7 @@
 - :mod:`.job`: what each member's job runs;
 - :mod:`.errors`: ``RingTimeoutError`` and the failure reports members send;
 - :mod:`.collectives`: the algorithms, over any transport;
+- :mod:`.buffers`: nested data as the flat buffers the algorithms move, and back;
 - :mod:`.link` and :mod:`.stream`: the byte streams between ring neighbours.
 """
 try:

@@ -7,7 +7,8 @@ sequence number, so all ranks must call the same collectives in the same order (
 with MPI or torch.distributed). The bulk data of ring reductions travels instead on
 byte streams between ring neighbours (:class:`~fiberlite.ring.link.NeighbourLink`,
 connected during the rendezvous; :class:`~fiberlite.ring.stream.MessageStream` with
-``tls`` on). Each collective call hands the algorithms of
+``tls`` on). Each collective call flattens its data into flat buffers
+(:mod:`fiberlite.ring.buffers`) and hands the algorithms of
 :mod:`fiberlite.ring.collectives` a ``_Transport`` onto this member. The job that
 makes the member and runs the target is in :mod:`.job`.
 
@@ -25,8 +26,8 @@ out on a rank leaves that rank's ring unusable for further collectives (peers ma
 anywhere in it); point-to-point ``recv`` timeouts do not.
 
 Memory: results of ring reductions are made in blocks that the member reuses once no
-array refers to them any more (:class:`~fiberlite.ring.collectives.Buffers`): first touching
-fresh memory costs as much as reducing into it.
+array refers to them any more (:class:`~fiberlite.ring.buffers.Buffers`): first
+touching fresh memory costs as much as reducing into it.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from typing import Any, Iterator
 import numpy as np
 import pynng
 
+from . import buffers
 from . import collectives as coll
 from ..errors import RingError
 from ..runtime import identity
@@ -83,7 +85,7 @@ class Member:
         self._torch_group = False
         self._broken: RingError | None = None
         self._broken_by: BaseException | None = None
-        self._buffers = coll.Buffers()   # memory of earlier results, reused
+        self._buffers = buffers.Buffers()   # memory of earlier results, reused
         self._link = link                 # byte streams to the ring neighbours
         # without links (tls: links are plain TCP) the streams are messages
         self._stream: NeighbourLink | MessageStream = link if link is not None else MessageStream(
@@ -109,7 +111,7 @@ class Member:
         """Send ``obj`` (anything picklable) to rank ``dst``; ``recv(src, tag)`` there gets
         it. Messages to one rank with one tag arrive in order. Does not wait."""
         dst = self._check_rank(dst, "dst")
-        self._post(dst, ("p2p", tag), Payload.pack(coll.to_host(obj)))
+        self._post(dst, ("p2p", tag), Payload.pack(buffers.to_host(obj)))
 
     def recv(self, src: int, tag: Any = 0, timeout: float | None = None) -> Any:
         """The next object rank ``src`` sent here with ``send(obj, dst, tag)``; waits up to
@@ -119,7 +121,7 @@ class Member:
         deadline = None if wait is None else time.monotonic() + wait
         payload = self._inbox.take(src, ("p2p", tag), deadline,
                                    lambda s: f"recv from rank {s} timed out after {wait} s")
-        return coll.from_host(payload.unpack())
+        return buffers.from_host(payload.unpack())
 
     def _watch(self, dst: int) -> None:
         """Connect to ``dst`` and learn when that connection ends."""
@@ -272,16 +274,16 @@ class Member:
         own ``obj`` back). Binomial tree: ceil(log2 N) rounds."""
         src = self._check_rank(src, "src")
         with self._op("broadcast") as t:
-            payload = Payload.pack(coll.to_host(obj)) if self.rank == src else None
+            payload = Payload.pack(buffers.to_host(obj)) if self.rank == src else None
             payload = coll.tree_broadcast(t, payload, src, t.tag)
-        return obj if self.rank == src else coll.from_host(payload.unpack())
+        return obj if self.rank == src else buffers.from_host(payload.unpack())
 
     def all_gather(self, data: Any) -> list[Any]:
         """Every rank's ``data`` (any picklable object), as a list by rank (this rank's
         entry is ``data`` itself). Bruck's algorithm: ceil(log2 N) rounds."""
         with self._op("all_gather") as t:
-            payloads = coll.bruck_allgather(t, Payload.pack(coll.to_host(data)), t.tag)
-        return [data if i == self.rank else coll.from_host(p.unpack()) for i, p in enumerate(payloads)]
+            payloads = coll.bruck_allgather(t, Payload.pack(buffers.to_host(data)), t.tag)
+        return [data if i == self.rank else buffers.from_host(p.unpack()) for i, p in enumerate(payloads)]
 
     def all_reduce(self, data: Any, op: str = "sum", algorithm: str | None = None) -> Any:
         """``data`` reduced element-wise over all ranks, on every rank.
@@ -294,8 +296,8 @@ class Member:
         larger ones go round the ring (``"ring"``). Every rank gets bit-identical results.
         """
         ufunc = coll.ufunc_of(op)
-        leaves, rebuild = coll.flatten(data, "all_reduce")
-        groups, where = coll.fuse(leaves)   # a single leaf is not copied: read only
+        leaves, rebuild = buffers.flatten(data, "all_reduce")
+        groups, where = buffers.fuse(leaves)   # a single leaf is not copied: read only
         small = self._plan(groups, op, algorithm)
         if self.world_size == 1:
             groups = [np.array(flat, copy=True) for flat in groups]
@@ -308,7 +310,7 @@ class Member:
                 for g, flat in enumerate(groups):
                     if g not in small:
                         groups[g] = coll.ring_reduce(
-                            t, flat, coll.split_bounds(flat.size, self.world_size), ufunc,
+                            t, flat, buffers.split_bounds(flat.size, self.world_size), ufunc,
                             (t.tag, g), out=self._buffers.empty(flat.size, flat.dtype))
         if op == "mean":
             groups = [coll.finish_mean(flat, self.world_size) for flat in groups]
@@ -325,9 +327,9 @@ class Member:
         array for arrays and numbers, a tensor for tensors).
         """
         ufunc = coll.ufunc_of(op)
-        leaves, rebuild = coll.flatten(data, "reduce_scatter")
+        leaves, rebuild = buffers.flatten(data, "reduce_scatter")
         n, r = self.world_size, self.rank
-        groups, segments, where = coll.fuse_sharded(leaves, n, r)
+        groups, segments, where = buffers.fuse_sharded(leaves, n, r)
         shards: list = [np.array(flat[seg[r]:seg[r + 1]], copy=True)
                         for flat, seg in zip(groups, segments, strict=True)] if n == 1 else []
         small = self._plan(groups, op, algorithm)
