@@ -199,7 +199,7 @@ class BaseContext:
 
     def Ring(self, processes: int, target: Any, args: tuple = (), kwargs: dict | None = None,
              initializer: Any = None, **options: Any):
-        from .ring.ring import Ring
+        from .ring.parent import Ring
         return Ring(processes, target, args, kwargs, initializer, context=self, **options)
 
 

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 
 import fiberlite
-from fiberlite.ring import collectives
+from fiberlite.ring import buffers, collectives
 from fiberlite.errors import RingError
 from fiberlite.ring import Ring, RingTimeoutError
-from fiberlite.ring.ring import _MemberMain
+from fiberlite.ring.job import _MemberMain
 from fiberlite.ring import link as ringlink
-from fiberlite.ring.link import Link, LinkLost
+from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.wire import auth
 
 pytestmark = pytest.mark.timeout(60)
@@ -269,7 +269,7 @@ def test_all_reduce_and_reduce_scatter_match_numpy(n):
         dtype, size, op, _ = key[1:] if rs else key
         want = reference([data_of(r, size, dtype) for r in range(n)], op)
         if rs:
-            bounds = collectives.split_bounds(size, n)
+            bounds = buffers.split_bounds(size, n)
             for r in range(n):
                 assert_close(results[r][key], want[bounds[r]:bounds[r + 1]])
         else:
@@ -464,9 +464,9 @@ def test_ring_path_collective_times_out():
 KEY = b"k" * 32
 
 
-def connected_pair(key_of_1: bytes = KEY) -> tuple[Link, Link]:
+def connected_pair(key_of_1: bytes = KEY) -> tuple[NeighbourLink, NeighbourLink]:
     """Rank 0 and rank 1 of a two-member ring, both in this process."""
-    a, b = Link("127.0.0.1"), Link("127.0.0.1")
+    a, b = NeighbourLink("127.0.0.1"), NeighbourLink("127.0.0.1")
     errors = []
 
     def connect(link, rank, other, key):
@@ -513,10 +513,10 @@ def test_link_moves_bytes_in_order_whatever_the_cut():
 
 
 def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
-    b = Link("127.0.0.1")
+    b = NeighbourLink("127.0.0.1")
     intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
     intruder.settimeout(20)
-    a = Link("127.0.0.1")
+    a = NeighbourLink("127.0.0.1")
     errors = []
 
     def connect(link, rank, other):
@@ -557,9 +557,9 @@ def test_link_connects_the_neighbour_while_another_connection_stays_silent(monke
     # a connection that never speaks must not hold up the one behind it until the
     # handshake's timeout (made far longer than this test may take)
     monkeypatch.setattr(ringlink, "HANDSHAKE_SECONDS", 600.0)
-    b = Link("127.0.0.1")
+    b = NeighbourLink("127.0.0.1")
     silent = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
-    a = Link("127.0.0.1")
+    a = NeighbourLink("127.0.0.1")
     errors: list = []
     done = threading.Event()
 
@@ -606,17 +606,17 @@ def test_link_abort_timeout_and_a_closed_neighbour():
         def waiter():
             try:
                 b.wait_received(b.receive(np.empty(8, np.uint8)))
-            except LinkLost as exc:
+            except NeighbourLinkLost as exc:
                 outcome.append(exc)
         thread = threading.Thread(target=waiter)
         thread.start()
         b.abort()                               # wakes the waiting thread
         thread.join(20)
-        assert not thread.is_alive() and isinstance(outcome[0], LinkLost) and outcome[0].rank == 0
-        with pytest.raises(LinkLost):           # and fails what comes later
+        assert not thread.is_alive() and isinstance(outcome[0], NeighbourLinkLost) and outcome[0].rank == 0
+        with pytest.raises(NeighbourLinkLost):  # and fails what comes later
             b.wait_sent(b.send(np.ones(4)))
         b.close()                               # a sees its neighbour's connection end
-        with pytest.raises(LinkLost) as info:
+        with pytest.raises(NeighbourLinkLost) as info:
             a.wait_received(a.receive(np.empty(1 << 20, np.uint8)), time.monotonic() + 20)
         assert info.value.rank == 1
     finally:
@@ -625,7 +625,7 @@ def test_link_abort_timeout_and_a_closed_neighbour():
 
 
 def test_buffers_reuse_only_blocks_nobody_refers_to():
-    pool = collectives.Buffers(max_blocks=2)
+    pool = buffers.Buffers(max_blocks=2)
     first = pool.empty(1 << 20, np.float32)
     address = first.__array_interface__["data"][0]
     view = first[5:10].reshape(5, 1)

@@ -3,9 +3,9 @@
 A large all-reduce moves nearly all its bytes between ring neighbours. Sent as
 messages, each byte would be pickled into an envelope, copied into an nng message
 that nng zeroes first, zeroed and copied again into the receiver's message, and
-handed from the receiving thread to the member's. A :class:`Link` instead keeps one
-TCP connection to each neighbour: arrays are written from their own memory and read
-straight into where they belong, so the kernel's copies are the only ones.
+handed from the receiving thread to the member's. A :class:`NeighbourLink` instead
+keeps one TCP connection to each neighbour: arrays are written from their own memory
+and read straight into where they belong, so the kernel's copies are the only ones.
 
 Set-up: every member listens before the rendezvous, then dials its right neighbour
 and accepts its left one. On each connection both ends prove they hold the run's key
@@ -19,11 +19,11 @@ for them, in order. Each transfer gets a ticket; the member's thread waits for
 tickets while it reduces what already arrived.
 
 Ending: when the neighbour is gone, what is under way fails and so does everything
-later (:class:`LinkLost`). :meth:`Link.abort` makes waits fail at once but leaves the
-connections open (what is already queued is still sent: the neighbour may need it to
-see what went wrong); :meth:`Link.close` closes them, after which the neighbours see
-them end. Members say why they stop before they close, so neighbours hear the reason
-first.
+later (:class:`NeighbourLinkLost`). :meth:`NeighbourLink.abort` makes waits fail at
+once but leaves the connections open (what is already queued is still sent: the
+neighbour may need it to see what went wrong); :meth:`NeighbourLink.close` closes
+them, after which the neighbours see them end. Members say why they stop before they
+close, so neighbours hear the reason first.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ _PROOF_SIZE = len(auth.PROOF) + auth.DIGEST_SIZE
 _HELLO_SIZE = len(auth.HELLO) + auth.NONCE_SIZE
 
 
-class LinkLost(ConnectionError):
+class NeighbourLinkLost(ConnectionError):
     """The connection to neighbour ``rank`` ended or failed (or the link was aborted)."""
 
     def __init__(self, rank: int | None, why: str) -> None:
@@ -167,13 +167,13 @@ class _Transfers:
             self._cond.notify_all()
 
     def wait(self, ticket: int, deadline: float | None) -> None:
-        """Until transfer ``ticket`` is done; :class:`LinkLost` if the connection failed
-        (or the link was aborted) first, builtin ``TimeoutError`` after ``deadline``
-        (``time.monotonic``)."""
+        """Until transfer ``ticket`` is done; :class:`NeighbourLinkLost` if the connection
+        failed (or the link was aborted) first, builtin ``TimeoutError`` after
+        ``deadline`` (``time.monotonic``)."""
         with self._cond:
             while self.completed < ticket:
                 if self.error is not None or self.aborted:
-                    raise LinkLost(self.peer, self.error or "the link was aborted")
+                    raise NeighbourLinkLost(self.peer, self.error or "the link was aborted")
                 if deadline is None:
                     self._cond.wait()
                     continue
@@ -196,7 +196,7 @@ class _Transfers:
         self._thread.join(timeout)
 
 
-class Link:
+class NeighbourLink:
     """This member's connections to its ring neighbours: :meth:`send` goes to the right
     neighbour (rank + 1), :meth:`receive` comes from the left one (rank - 1)."""
 
@@ -217,7 +217,7 @@ class Link:
         self.address = f"tcp://{host}:{port}"
 
     def __repr__(self) -> str:
-        return f"<Link {self.address} left={self.left} right={self.right}>"
+        return f"<NeighbourLink {self.address} left={self.left} right={self.right}>"
 
     # -- set-up ------------------------------------------------------------------------------
     def connect(self, rank: int, world_size: int, right_address: str, key: bytes,
@@ -249,7 +249,7 @@ class Link:
         left = accepted["socket"]
         with self._lock:
             if self._aborted:
-                raise LinkLost(None, "the link was aborted")
+                raise NeighbourLinkLost(None, "the link was aborted")
             self._out = _Transfers(right, False, self.right, "fiberlite-ring-link-send")
             self._in = _Transfers(left, True, self.left, "fiberlite-ring-link-receive")
 
@@ -257,7 +257,7 @@ class Link:
         with self._lock:
             if self._aborted:
                 sock.close()
-                raise LinkLost(None, "the link was aborted")
+                raise NeighbourLinkLost(None, "the link was aborted")
             self._sockets.append(sock)
         return sock
 

@@ -1,0 +1,39 @@
+"""What both sides of a ring share: :class:`RingTimeoutError` and failure reports.
+
+A member's job (:mod:`.job`) reports a target that failed with
+:func:`describe_failure`; the parent (:mod:`.parent`) turns the report into the
+:class:`~fiberlite.errors.RingError` that ``join()`` raises, and describes a result it
+cannot unpack the same way. ``RingTimeoutError`` is raised on the member side
+(:mod:`.inbox`, :mod:`.member`) and exported by the package.
+"""
+from __future__ import annotations
+
+import builtins
+import traceback
+from typing import Any
+
+from ..errors import RingError
+from ..errors import TimeoutError as _MPTimeoutError
+from ..wire.codec import Payload
+
+
+class RingTimeoutError(_MPTimeoutError, builtins.TimeoutError):
+    """A ring operation waited longer than its timeout (both ``multiprocessing`` and
+    builtin ``TimeoutError``)."""
+
+
+def describe_failure(exc: BaseException, rank: int) -> dict:
+    """What the parent learns of ``exc``, which ended ``rank``'s target: its type,
+    message and traceback, the rank whose failure caused it (``culprit``) and the
+    exception itself when it pickles."""
+    info: dict[str, Any] = {
+        "type": type(exc).__name__, "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "culprit": None, "exception": None}
+    if isinstance(exc, RingError) and exc.rank is not None and exc.rank != rank:
+        info["culprit"] = exc.rank  # failed because another rank did
+    try:
+        info["exception"] = Payload.pack(exc)
+    except Exception:
+        pass
+    return info
