@@ -338,7 +338,7 @@ def test_manager_dict(ctx):
 # -- no container outlives its parent -------------------------------------------------------------
 PARENT = textwrap.dedent("""
     import sys, fiberlite, jobs
-    from fiberlite import runtime
+    from fiberlite.runtime import identity
     if __name__ == "__main__":
         fiberlite.init(image=sys.argv[1])
         ctx = fiberlite.get_context("docker")

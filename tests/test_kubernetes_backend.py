@@ -15,6 +15,7 @@ from kubernetes import client
 import fiberlite
 import jobs
 from fiberlite import config
+from fiberlite.runtime import identity
 from fiberlite.backends import get_backend
 from fiberlite.backends.kubernetes import pods as k8s_pods, status as k8s_status, watch as k8s_watch
 from fiberlite.errors import BackendError
@@ -113,7 +114,7 @@ def test_process_and_queue_on_pods(kube, capfd):
     assert spec["restartPolicy"] == "Never" and container["image"] == IMAGE
     assert container["command"] == ["python", "-m", "fiberlite.runtime.bootstrap"]
     labels = body["metadata"]["labels"]
-    assert labels == {"fiberlite/run": fiberlite.process.runtime.run_id(), "fiberlite/job": name,
+    assert labels == {"fiberlite/run": identity.run_id(), "fiberlite/job": name,
                       "fiberlite/parent": "master"}
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "256Mi"},
                                       "limits": {"cpu": "500m", "memory": "256Mi"}}
@@ -133,7 +134,7 @@ def test_the_key_travels_in_a_secret(kube):
     env = {e["name"]: e for e in pod_posts[0].body["spec"]["containers"][0]["env"]}
     secret_name = env["FIBERLITE_AUTHKEY"]["valueFrom"]["secretKeyRef"]["name"]
     assert "value" not in env["FIBERLITE_AUTHKEY"]
-    assert secret_name.startswith(f"fl-{fiberlite.process.runtime.run_id()}-key-")
+    assert secret_name.startswith(f"fl-{identity.run_id()}-key-")
     # deleted when the backend closes (no master pod to own it)
     get_backend("kubernetes").close()
     assert [s.metadata.name for s in kube.v1.list_namespaced_secret(NS).items] == []
@@ -150,7 +151,7 @@ def test_state_comes_from_one_watch_not_polling(kube):
     watches = [r for r in gets if r.query.get("watch") == "true"]
     assert len(gets) - len(watches) == 1          # one list, then one watch for all jobs
     assert len(watches) == 1 and watches[0].query["labelSelector"] == \
-        f"fiberlite/parent=master,fiberlite/run={fiberlite.process.runtime.run_id()}"
+        f"fiberlite/parent=master,fiberlite/run={identity.run_id()}"
     reads = [r for r in kube.server.requests if r.method == "GET" and "/pods/fl-" in r.path
              and not r.path.endswith("/log")]
     assert reads == []                            # no per-pod status polling
@@ -333,7 +334,7 @@ def test_cli_commands_against_the_cluster(kube, capsys):
     p2.start()
     q.get(timeout=30)
     q.get(timeout=30)
-    run = fiberlite.process.runtime.run_id()
+    run = identity.run_id()
     assert main(["ps", *cluster, "--run", run]) == 0
     listed = capsys.readouterr().out
     assert pod_name(p2) in listed and "running" in listed

@@ -263,7 +263,7 @@ def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, tra
 
 TLS_SCRIPT = """
 import fiberlite
-from fiberlite import pipelink
+from fiberlite.runtime import pipelink
 
 def echo(conn):
     for _ in range(30):
