@@ -227,11 +227,10 @@ def test_process_object_pickles_without_its_job():
 
 
 def test_loopback_hub_refuses_a_backend_that_cannot_reach_it(monkeypatch):
-    from fiberlite import config
     from fiberlite.runtime import hub
     from fiberlite.errors import BackendError
     fiberlite.Queue()  # the hub now listens on loopback
-    monkeypatch.setattr(config, "listen_host", lambda backend=None: "192.0.2.10" if backend == "far" else "127.0.0.1")
+    monkeypatch.setattr(hub, "listen_host", lambda backend=None: "192.0.2.10" if backend == "far" else "127.0.0.1")
     with pytest.raises(BackendError, match="'far' backend cannot reach"):
         hub.get_hub("far")
     assert hub.get_hub("local") is hub.get_hub()
