@@ -1,4 +1,5 @@
-"""The backend seam: what every place that can run a job must provide."""
+"""The backend seam: what every place that can run a job must provide, and what the
+backends share: the labels of a run's jobs, exit statuses, the decoding of job output."""
 from __future__ import annotations
 
 import abc
@@ -6,6 +7,12 @@ import codecs
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
+
+# labels on every job of a run (``JobSpec.labels``): backends find a run's jobs by them
+RUN_LABEL = "fiberlite/run"
+JOB_LABEL = "fiberlite/job"
+PARENT_LABEL = "fiberlite/parent"
+WATCHED_LABELS = (RUN_LABEL, PARENT_LABEL)  # backends watch their jobs by these: one watch per run and parent
 
 
 @dataclass
@@ -124,3 +131,9 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[str]:
     tail = decoder.decode(b"", final=True)
     if tail:
         yield tail
+
+
+def exit_code(status: int) -> int:
+    """An exit status as ``multiprocessing`` reports it: 128+N, the shell's and container
+    engines' code for a process killed by signal N, becomes -N."""
+    return -(status - 128) if 128 < status <= 128 + 64 else status

@@ -3,7 +3,7 @@
 - Image: ``JobSpec.image`` (``@meta(image=...)`` or the ``image`` setting), else the
   image of the container this process runs in; neither is a :class:`BackendError`.
 - Code and data: the working directory and the user's ``sys.path`` directories are
-  bind-mounted at the same paths (see :mod:`.docker_spec`).
+  bind-mounted at the same paths (see :mod:`.spec`).
 - Network: ``docker_network`` = ``host`` (default; jobs reach their parent on
   127.0.0.1) or the name of a Docker network (jobs reach a parent on the host through
   the network's gateway, a parent in a container through its address on the network).
@@ -33,7 +33,8 @@ from ... import config
 from ...errors import BackendError
 from ...units import format_memory
 from . import spec as docker_spec
-from ..base import Backend, Job, JobSpec, JobState, decode_stream
+from ..base import (JOB_LABEL, RUN_LABEL, WATCHED_LABELS, Backend, Job, JobSpec, JobState,
+                    decode_stream, exit_code)
 from .api import (CONTAINER_ENV, OwnContainer, api_error, connect, container_candidates,
                   own_container, status_of)
 from .watch import EventWatcher, OutputPump
@@ -41,17 +42,9 @@ from .watch import EventWatcher, OutputPump
 log = logging.getLogger("fiberlite.docker")
 
 NETWORK_ENV = "FIBERLITE_DOCKER_CONTAINER_NETWORK"  # the network a job container was put on
-RUN_LABEL = "fiberlite/run"
-JOB_LABEL = "fiberlite/job"
 OUTPUT_GRACE = 5.0  # seconds a finished job's output may trail its exit event
-_WATCHED_LABELS = (RUN_LABEL, "fiberlite/parent")
 _EXITED = re.compile(r"Exited \((-?\d+)\)")
 _UNSET: Any = object()
-
-
-def exit_code(status: int) -> int:
-    """A container's exit status as ``multiprocessing`` reports it (128+N -> -N)."""
-    return -(status - 128) if 128 < status <= 128 + 64 else status
 
 
 @dataclass(eq=False)
@@ -230,7 +223,7 @@ class DockerBackend(Backend):
         raise AssertionError("unreachable")
 
     def _watch(self, labels: dict[str, str]) -> None:
-        watched = {k: v for k, v in labels.items() if k in _WATCHED_LABELS} or {"fiberlite": "1"}
+        watched = {k: v for k, v in labels.items() if k in WATCHED_LABELS} or {"fiberlite": "1"}
         key = tuple(sorted(watched.items()))
         api = self._client()
         with self._lock:

@@ -15,7 +15,7 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import JobState
+from ..base import JobState, exit_code
 
 START_FAILED = 1
 FINAL_PHASES = ("Succeeded", "Failed")
@@ -64,11 +64,9 @@ def _signalled(pod: Any, term: Any, requested: int | None) -> bool:
                 or (pod.status and pod.status.reason == "Evicted"))
 
 
-def exit_code(pod: Any, term: Any, requested: int | None) -> int:
+def pod_exit_code(pod: Any, term: Any, requested: int | None) -> int:
     code = int(term.exit_code)
-    if 128 < code <= 128 + 64 and _signalled(pod, term, requested):
-        return -(code - 128)
-    return code
+    return exit_code(code) if _signalled(pod, term, requested) else code
 
 
 def outcome(pod: Any, deleted: bool, requested: int | None) -> Outcome | None:
@@ -79,7 +77,7 @@ def outcome(pod: Any, deleted: bool, requested: int | None) -> Outcome | None:
     term = terminated(pod)
     evicted = bool(status and status.reason == "Evicted")
     if term is not None:
-        code = exit_code(pod, term, requested)
+        code = pod_exit_code(pod, term, requested)
         if evicted:
             return Outcome(code, f"pod evicted: {status.message or 'no reason given'}")
         if term.reason == "OOMKilled":
