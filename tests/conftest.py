@@ -13,6 +13,25 @@ for path in (ROOT, TESTS):
         sys.path.insert(0, path)
 
 
+@pytest.fixture
+def waiting_jobs():
+    """``waiting_jobs(count=1, ctx=fiberlite, timeout=30)``: start jobs that wait forever
+    and return them once each has said that it runs."""
+    import fiberlite
+    import jobs
+
+    def start(count: int = 1, ctx=None, timeout: float = 30) -> list:
+        ctx = ctx or fiberlite
+        ready = ctx.Queue()
+        started = [ctx.Process(target=jobs.wait_forever, args=(ready,)) for _ in range(count)]
+        for process in started:
+            process.start()
+        for _ in started:
+            ready.get(timeout=timeout)
+        return started
+    return start
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_children():
     """Fail a test that leaves running child jobs behind (and clean them up)."""

@@ -191,14 +191,8 @@ def test_labels_resources_mounts_and_environment(ctx, api, tmp_path, monkeypatch
     assert container_gone(api, p._popen.job.id)
 
 
-def test_terminate_kill_and_join_timeout(ctx):
-    ready = ctx.Queue()
-    a = ctx.Process(target=jobs.wait_forever, args=(ready,))
-    b = ctx.Process(target=jobs.wait_forever, args=(ready,))
-    a.start()
-    b.start()
-    ready.get(timeout=60)
-    ready.get(timeout=60)
+def test_terminate_kill_and_join_timeout(ctx, waiting_jobs):
+    a, b = waiting_jobs(2, ctx, timeout=60)
     start = time.monotonic()
     a.join(0.3)
     assert 0.25 < time.monotonic() - start < 5

@@ -157,12 +157,9 @@ def test_state_comes_from_one_watch_not_polling(kube):
     assert reads == []                            # no per-pod status polling
 
 
-def test_watch_resumes_after_410(kube, monkeypatch):
+def test_watch_resumes_after_410(kube, monkeypatch, waiting_jobs):
     monkeypatch.setattr(k8s_watch, "WATCH_SECONDS", 1)
-    q = kube.ctx.Queue()
-    p = kube.ctx.Process(target=jobs.wait_forever, args=(q,))
-    p.start()
-    q.get(timeout=30)
+    p, = waiting_jobs(ctx=kube.ctx)
     kube.server.expire_watch_history()
     compacted = kube.server.api.store.compacted
     other = kube.ctx.Process(target=jobs.noop)   # changes after the compaction point
@@ -182,14 +179,8 @@ def test_watch_resumes_after_410(kube, monkeypatch):
     assert p.exitcode == -signal.SIGTERM
 
 
-def test_terminate_and_kill(kube):
-    q = kube.ctx.Queue()
-    p1 = kube.ctx.Process(target=jobs.wait_forever, args=(q,))
-    p2 = kube.ctx.Process(target=jobs.wait_forever, args=(q,))
-    p1.start()
-    p2.start()
-    q.get(timeout=30)
-    q.get(timeout=30)
+def test_terminate_and_kill(kube, waiting_jobs):
+    p1, p2 = waiting_jobs(2, kube.ctx)
     assert p1.is_alive()
     p1.terminate()
     p2.kill()
@@ -201,14 +192,8 @@ def test_terminate_and_kill(kube):
     assert deletes[pod_name(p1)] == str(k8s_pods.GRACE_SECONDS) and deletes[pod_name(p2)] == "0"
 
 
-def test_pod_deleted_or_evicted_mid_run(kube, caplog):
-    q = kube.ctx.Queue()
-    deleted = kube.ctx.Process(target=jobs.wait_forever, args=(q,))
-    evicted = kube.ctx.Process(target=jobs.wait_forever, args=(q,))
-    deleted.start()
-    evicted.start()
-    q.get(timeout=30)
-    q.get(timeout=30)
+def test_pod_deleted_or_evicted_mid_run(kube, caplog, waiting_jobs):
+    deleted, evicted = waiting_jobs(2, kube.ctx)
     kube.v1.delete_namespaced_pod(pod_name(deleted), NS)   # as `kubectl delete pod` would
     kube.server.evict(pod_name(evicted))
     deleted.join(30)
@@ -291,7 +276,7 @@ def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
 MASTER_CODE = "import time; time.sleep(120)"
 
 
-def test_children_of_a_master_pod(kube, monkeypatch):
+def test_children_of_a_master_pod(kube, monkeypatch, waiting_jobs):
     """In a pod: ownerReferences, its image, env and volumes; its deletion ends the children."""
     v1 = kube.v1
     master = v1.create_namespaced_pod(NS, client.V1Pod(
@@ -304,10 +289,7 @@ def test_children_of_a_master_pod(kube, monkeypatch):
                 client.V1PersistentVolumeClaimVolumeSource(claim_name="shared")))])))
     monkeypatch.setenv("FIBERLITE_POD_NAME", "master-pod")
     fiberlite.init(image=None)      # the master pod's image is the default
-    q = kube.ctx.Queue()
-    p = kube.ctx.Process(target=jobs.wait_forever, args=(q,))
-    p.start()
-    q.get(timeout=30)
+    p, = waiting_jobs(ctx=kube.ctx)
     body = kube.server.pod(pod_name(p))
     owner = {"apiVersion": "v1", "kind": "Pod", "name": "master-pod", "uid": master.metadata.uid}
     assert body["metadata"]["ownerReferences"] == [owner]

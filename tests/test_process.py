@@ -84,29 +84,20 @@ def test_subclass_run_and_lambda_target():
     p.join()
 
 
-def test_terminate_and_kill_give_negative_signal():
-    q = fiberlite.Queue()
-    p = fiberlite.Process(target=jobs.wait_forever, args=(q,))
-    p.start()
-    q.get(timeout=30)
+def test_terminate_and_kill_give_negative_signal(waiting_jobs):
+    p, p2 = waiting_jobs(2)
     assert p.is_alive()
     p.terminate()
     p.join(10)
     assert p.exitcode == -signal.SIGTERM
-    p2 = fiberlite.Process(target=jobs.wait_forever, args=(q,))
-    p2.start()
-    q.get(timeout=30)
     p2.kill()
     p2.join(10)
     assert p2.exitcode == -signal.SIGKILL
     assert "SIGKILL" in repr(p2)
 
 
-def test_join_timeout_returns_while_running():
-    q = fiberlite.Queue()
-    p = fiberlite.Process(target=jobs.wait_forever, args=(q,))
-    p.start()
-    q.get(timeout=30)
+def test_join_timeout_returns_while_running(waiting_jobs):
+    p, = waiting_jobs()
     t0 = time.monotonic()
     p.join(0.2)
     assert p.is_alive() and p.exitcode is None
@@ -115,11 +106,8 @@ def test_join_timeout_returns_while_running():
     p.join()
 
 
-def test_close_rules():
-    q = fiberlite.Queue()
-    p = fiberlite.Process(target=jobs.wait_forever, args=(q,))
-    p.start()
-    q.get(timeout=30)
+def test_close_rules(waiting_jobs):
+    p, = waiting_jobs()
     with pytest.raises(ValueError, match="still running"):
         p.close()
     p.kill()
@@ -165,11 +153,8 @@ def test_sentinel_becomes_ready():
     p.join()
 
 
-def test_active_children_and_cpu_count():
-    q = fiberlite.Queue()
-    p = fiberlite.Process(target=jobs.wait_forever, args=(q,))
-    p.start()
-    q.get(timeout=30)
+def test_active_children_and_cpu_count(waiting_jobs):
+    p, = waiting_jobs()
     assert p in fiberlite.active_children()
     p.kill()
     p.join()
