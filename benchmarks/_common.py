@@ -12,12 +12,16 @@ document asked for with ``--json PATH``::
     section.add("pynng Pair0", timeit(ping, repeats=5, per=1000))
     finish(report, args)
 
-Times are seconds per ``unit`` throughout; tables pick a readable scale.
+Values are seconds per ``unit`` (bytes in a section of ``quantity="memory"``); tables
+pick a readable scale. The pools every script compares (:func:`mp_runner`,
+:func:`fiberlite_runner`) and their tasks live here too: a task defined here is imported
+by name in both kinds of worker, so that neither imports more than the other.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -43,13 +47,10 @@ def compile_fiberlite() -> None:
             compileall.compile_dir(folder, quiet=2)
 
 
-compile_fiberlite()
-
-
 # -- timing -------------------------------------------------------------------------------
 @dataclass
 class Stats:
-    """Seconds per unit of work over ``samples`` repeats."""
+    """Seconds (or bytes) per unit of work over ``samples`` repeats."""
 
     samples: list[float]
 
@@ -114,6 +115,60 @@ def from_samples(samples: Iterable[float], per: int = 1) -> Stats:
     return Stats(values)
 
 
+# -- pools ---------------------------------------------------------------------------------
+MP = "mp spawn Pool"
+FIBERLITE = "fiberlite Pool"
+
+
+def sleep_task(d: float) -> None:
+    time.sleep(d)
+
+
+def pid_after(d: float) -> int:
+    time.sleep(d)
+    return os.getpid()
+
+
+class Runner:
+    """``map(func, items, chunksize)`` on one kind of pool, ``warm()`` and ``close()``."""
+
+    def __init__(self, name: str, map_fn: Callable, close: Callable[[], None], workers: int) -> None:
+        self.name, self.map, self.close, self.workers = name, map_fn, close, workers
+
+    def warm(self, task: Callable[[float], int] = pid_after, timeout: float = 300.0) -> set[int]:
+        """Until every worker has run ``task`` (pool start stays out of the timings), for
+        ``timeout`` seconds at most; the pids ``task`` returned, one a worker."""
+        seen: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(seen) < self.workers and time.monotonic() < deadline:
+            seen.update(self.map(task, [0.05] * self.workers, 1))
+        if len(seen) < self.workers:
+            progress(f"  warning: {self.name}: only {len(seen)} of {self.workers} workers answered")
+        return seen
+
+
+def pool_runner(name: str, pool: Any, workers: int) -> Runner:
+    """A :class:`Runner` for a ``multiprocessing``-style ``pool``; ``close()`` terminates and joins it."""
+    def map_fn(func, items, chunksize):
+        return pool.map(func, items) if chunksize is None else pool.map(func, items, chunksize)
+
+    def close():
+        pool.terminate()
+        pool.join()
+    return Runner(name, map_fn, close, workers)
+
+
+def mp_runner(workers: int) -> Runner:
+    """A ``multiprocessing`` Pool of ``workers``, spawn start method."""
+    return pool_runner(MP, multiprocessing.get_context("spawn").Pool(workers), workers)
+
+
+def fiberlite_runner(workers: int) -> Runner:
+    """A fiberlite Pool of ``workers`` on the configured backend."""
+    import fiberlite
+    return pool_runner(FIBERLITE, fiberlite.Pool(workers), workers)
+
+
 # -- results -------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -124,17 +179,26 @@ class Row:
 
 
 class Section:
-    """One table: rows timed in the same unit, compared with the ``reference`` row."""
+    """One table: rows measured in the same unit, compared with the ``reference`` row.
+
+    ``quantity`` is what the rows measure, a key of :data:`QUANTITIES`."""
 
     def __init__(self, key: str, title: str, unit: str, reference: str | None,
-                 stat: str = "median", note: str = "") -> None:
+                 stat: str = "median", note: str = "", quantity: str = "time") -> None:
+        if quantity not in QUANTITIES:
+            raise ValueError(f"quantity {quantity!r} is not one of {sorted(QUANTITIES)}")
         self.key = key
         self.title = title
         self.unit = unit
         self.reference = reference
         self.stat = stat
         self.note = note
+        self.quantity = quantity
         self.rows: list[Row] = []
+
+    def format(self, value: float) -> str:
+        """``value`` printed with a readable unit of the section's quantity."""
+        return QUANTITIES[self.quantity][1](value)
 
     def add(self, name: str, stats: Stats, **info: Any) -> Row:
         """Record ``stats`` for the row ``name``; ``info`` is kept in the JSON (sizes, notes)."""
@@ -174,7 +238,7 @@ class Section:
                 entry["skipped"] = row.skipped
             else:
                 entry.update(row.stats.as_dict())
-                entry["seconds"] = self.value(row)
+                entry[QUANTITIES[self.quantity][0]] = self.value(row)
                 entry["ratio"] = self.ratio(row)
             if row.info:
                 entry["info"] = row.info
@@ -193,8 +257,8 @@ class Report:
         self.started = time.time()
 
     def section(self, key: str, title: str, unit: str, reference: str | None,
-                stat: str = "median", note: str = "") -> Section:
-        section = Section(key, title, unit, reference, stat, note)
+                stat: str = "median", note: str = "", quantity: str = "time") -> Section:
+        section = Section(key, title, unit, reference, stat, note, quantity)
         self.sections.append(section)
         return section
 
@@ -207,7 +271,8 @@ class Report:
             "params": self.params,
             "machine": machine_info(),
             "sections": [{"key": s.key, "title": s.title, "unit": s.unit,
-                          "reference": s.reference, "stat": s.stat, "note": s.note}
+                          "reference": s.reference, "stat": s.stat, "note": s.note,
+                          "quantity": s.quantity}
                          for s in self.sections],
             "results": [entry for s in self.sections for entry in s.results()],
         }
@@ -233,8 +298,26 @@ def format_time(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+def format_bytes(count: float) -> str:
+    """``count`` bytes with a readable unit: ``512 B``, ``12.3 KiB``, ``4.56 MiB``, ``1.20 GiB``."""
+    if count < 1024:
+        return f"{count:.0f} B"
+    if count < 1 << 20:
+        return f"{count / 1024:.1f} KiB"
+    if count < 1 << 30:
+        return f"{count / (1 << 20):.2f} MiB"
+    return f"{count / (1 << 30):.2f} GiB"
+
+
+QUANTITIES: dict[str, tuple[str, Callable[[float], str]]] = {
+    "time": ("seconds", format_time),
+    "memory": ("bytes", format_bytes),
+}
+"""What a section can measure: the key of its values in the JSON results, and how one prints."""
+
+
 def format_section(section: Section) -> str:
-    header = f"{section.title}  ({section.stat} time per {section.unit}"
+    header = f"{section.title}  ({section.stat} {section.quantity} per {section.unit}"
     header += f"; ratio vs {section.reference})" if section.reference else ")"
     lines = [header]
     rows = [("name", section.stat, "best", "ratio")]
@@ -243,7 +326,7 @@ def format_section(section: Section) -> str:
             rows.append((row.name, "skipped", "", row.skipped or ""))
             continue
         ratio = section.ratio(row)
-        rows.append((row.name, format_time(section.value(row)), format_time(row.stats.best),
+        rows.append((row.name, section.format(section.value(row)), section.format(row.stats.best),
                      "-" if ratio is None else f"{ratio:.2f}x"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for i, r in enumerate(rows):
@@ -301,7 +384,11 @@ def machine_info() -> dict[str, Any]:
 
 # -- command line ----------------------------------------------------------------------------
 def parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the options every benchmark takes: ``--json``, ``--quick``."""
+    """An argument parser with the options every benchmark takes: ``--json``, ``--quick``.
+
+    Also compiles fiberlite (:func:`compile_fiberlite`): here rather than at import, so
+    that the workers which import this module do not do it again."""
+    compile_fiberlite()
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     p.add_argument("--quick", action="store_true",

@@ -35,35 +35,32 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
+                     FIBERLITE,
+                     MP,
                      Report,
+                     Runner,
                      Stats,
+                     fiberlite_runner,
                      finish,
                      from_samples,
+                     mp_runner,
                      optional_import,
                      parser,
+                     pid_after,
+                     pool_runner,
                      progress,
                      sized,
+                     sleep_task,
                      )
 
 numpy = optional_import("numpy")  # imported here, never inside a timed task
 
-MP = "mp spawn Pool"
-FIBERLITE = "fiberlite Pool"
 MIB = 1 << 20
 
 
 # -- tasks (module level: the spawn start method imports them by name) ----------------------
 def noop(x: Any) -> Any:
     return x
-
-
-def sleep_task(d: float) -> None:
-    time.sleep(d)
-
-
-def pid_after(d: float) -> int:
-    time.sleep(d)
-    return os.getpid()
 
 
 def mib_bytes(_: Any) -> bytes:
@@ -92,40 +89,12 @@ def pynng_pusher(address: str, count: int, size: int) -> None:
                 sock.send(message)
 
 
-# -- pools behind one interface --------------------------------------------------------------
-class Runner:
-    """``map(func, items, chunksize)`` on one kind of pool, and ``close()``."""
-
-    def __init__(self, name: str, map_fn: Callable, close: Callable[[], None], workers: int) -> None:
-        self.name, self.map, self.close, self.workers = name, map_fn, close, workers
-
-    def warm(self, task: Callable[[float], int] = pid_after) -> None:
-        """Until every worker has run ``task`` (pool start stays out of the timings)."""
-        seen: set[int] = set()
-        for _ in range(30):
-            seen.update(self.map(task, [0.05] * self.workers, 1))
-            if len(seen) >= self.workers:
-                return
-        progress(f"  warning: {self.name}: only {len(seen)} of {self.workers} workers answered")
-
-
-def pool_runner(name: str, pool: Any, workers: int) -> Runner:
-    def map_fn(func, items, chunksize):
-        return pool.map(func, items) if chunksize is None else pool.map(func, items, chunksize)
-
-    def close():
-        pool.terminate()
-        pool.join()
-    return Runner(name, map_fn, close, workers)
-
-
+# -- pools ---------------------------------------------------------------------------------
 def make_runners(workers: int) -> list[tuple[str, Callable[[], Runner]]]:
     """(name, factory) for fiberlite, mp spawn and the peers that are importable."""
-    import fiberlite
-    spawn = multiprocessing.get_context("spawn")
     out: list[tuple[str, Callable[[], Runner]]] = [
-        (FIBERLITE, lambda: pool_runner(FIBERLITE, fiberlite.Pool(workers), workers)),
-        (MP, lambda: pool_runner(MP, spawn.Pool(workers), workers)),
+        (FIBERLITE, lambda: fiberlite_runner(workers)),
+        (MP, lambda: mp_runner(workers)),
     ]
     loky = optional_import("loky")
     if loky is not None:
@@ -224,13 +193,11 @@ def bench_throughput(report: Report, args: Any) -> None:
             f"throughput_{'1' if chunksize == 1 else 'default'}",
             f"map(noop, {len(items):,} items), {label}, {workers} workers", unit="task", reference=MP,
             note=f"{repeats[chunksize]} repeats, the two pools taking turns")
-    import fiberlite
-    spawn = multiprocessing.get_context("spawn")
     progress("throughput: starting both pools ...")
     runners: list[Runner] = []
     try:
-        runners.append(pool_runner(FIBERLITE, fiberlite.Pool(workers), workers))
-        runners.append(pool_runner(MP, spawn.Pool(workers), workers))
+        runners.append(fiberlite_runner(workers))
+        runners.append(mp_runner(workers))
         for runner in runners:
             runner.warm()
             runner.map(noop, items, None)
@@ -263,14 +230,12 @@ def bench_bandwidth(report: Report, args: Any) -> None:
         note="")
     progress("bandwidth: pynng Pair0 ...")
     section.add("pynng Pair0", pynng_bandwidth(count, repeats), messages=count)
-    import fiberlite
-    spawn = multiprocessing.get_context("spawn")
     kinds = [("bytes", mib_bytes)]
     if numpy is not None:
         kinds.append(("numpy", mib_array))
-    for name, make in ((FIBERLITE, lambda: fiberlite.Pool(workers)), (MP, lambda: spawn.Pool(workers))):
+    for name, make in ((FIBERLITE, fiberlite_runner), (MP, mp_runner)):
         progress(f"bandwidth: {name} ...")
-        runner = pool_runner(name, make(), workers)
+        runner = make(workers)
         try:
             runner.warm(pid_after if numpy is None else numpy_pid)
             for kind, func in kinds:

@@ -18,11 +18,12 @@ import sys
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import format_time  # noqa: E402
+from _common import QUANTITIES  # noqa: E402
 
 REFERENCE_COLOR = "#7f7f7f"
 FIBERLITE_COLOR = "#1f77b4"
 OTHER_COLOR = "#ff7f0e"
+FORMATS = dict(QUANTITIES.values())  # the key of a row's value ("seconds", "bytes"): how it prints
 
 
 def load(folder: str) -> list[dict[str, Any]]:
@@ -41,7 +42,7 @@ def load(folder: str) -> list[dict[str, Any]]:
 
 
 def _sections(document: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    rows = [r for r in document["results"] if "seconds" in r]
+    rows = [r for r in document["results"] if _value_key(r)]
     described = document.get("sections") or []
     keys = [s["key"] for s in described]
     for row in rows:  # documents without a section list still plot
@@ -74,8 +75,9 @@ def plot(document: dict[str, Any], out_dir: str, filename: str | None = None) ->
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, (section, rows) in zip(axes[:, 0], sections):
         names = [r["name"] for r in rows]
-        values = [r["seconds"] for r in rows]
-        scale, unit = _scale(max(values))
+        key = _value_key(rows[0])
+        values = [r[key] for r in rows]
+        scale, unit = _scale(max(values), key)
         bars = ax.barh(range(len(rows)), [v * scale for v in values],
                        color=[_color(n, section.get("reference")) for n in names])
         ax.set_yticks(range(len(rows)), names)
@@ -85,7 +87,7 @@ def plot(document: dict[str, Any], out_dir: str, filename: str | None = None) ->
         reference = section.get("reference")
         ax.set_title(section["title"] + (f"  (ratio vs {reference})" if reference else ""), fontsize=10)
         for bar, row in zip(bars, rows):
-            label = format_time(row["seconds"])
+            label = FORMATS[key](row[key])
             if row.get("ratio") is not None:
                 label += f"  {row['ratio']:.2f}x"
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, " " + label,
@@ -104,7 +106,14 @@ def plot(document: dict[str, Any], out_dir: str, filename: str | None = None) ->
     return path
 
 
-def _scale(largest: float) -> tuple[float, str]:
+def _value_key(row: dict[str, Any]) -> str | None:
+    """Where a measured row keeps its value ("seconds", "bytes"); None for a skipped row."""
+    return next((key for key in FORMATS if key in row), None)
+
+
+def _scale(largest: float, key: str = "seconds") -> tuple[float, str]:
+    if key == "bytes":
+        return 1 / (1 << 20), "MiB"
     if largest < 1e-3:
         return 1e6, "us"
     if largest < 1:
