@@ -28,11 +28,10 @@ from fiberlite.backends import Job, JobSpec, get_backend
 from fiberlite.backends.docker import spec as docker_spec
 from fiberlite.backends.docker import ContainerJob, DockerBackend, clean, exit_code
 from fiberlite.errors import BackendError
+from paths import ROOT, TESTS
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(TESTS)
 NETWORK = "fiberlite-test"
 
 # The targets below travel by value; those of tests/jobs.py by reference, so the

@@ -27,10 +27,10 @@ from fiberlite.ring.job import _MemberMain
 from fiberlite.ring import link as ringlink
 from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.wire import auth
+from paths import ROOT
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = ("sum", "mean", "max", "min")
 DTYPES = ("float32", "float64", "int64")
 # sizes: empty, fewer elements than ranks, odd, and above collectives.gather_limit(2)

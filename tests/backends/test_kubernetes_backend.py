@@ -20,6 +20,7 @@ from fiberlite.backends import get_backend
 from fiberlite.backends.kubernetes import pods as k8s_pods, status as k8s_status, watch as k8s_watch
 from fiberlite.errors import BackendError
 from k8s_double.fixture import k8s_api  # noqa: F401  (the fixture)
+from paths import ROOT
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.timeout(60)]
 NS = "default"
@@ -43,8 +44,7 @@ def kube(k8s_api, monkeypatch):  # noqa: F811
     get_backend("kubernetes").close()
 
 
-RBAC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                    "docs", "kubernetes", "rbac.yaml")
+RBAC = os.path.join(ROOT, "docs", "kubernetes", "rbac.yaml")
 # tried by `fiberlite clean` and tolerated when forbidden (Secrets also go with their owner)
 OPTIONAL = {("secrets", "list")}
 
@@ -432,8 +432,7 @@ def test_names_labels_and_exit_codes():
 def test_cluster_run_example_on_kubernetes(kube, capfd):
     """examples/cluster_run.py as the master pod of a run, its Pool's workers pods."""
     from fiberlite.cli import main
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "examples", "cluster_run.py")
+    script = os.path.join(ROOT, "examples", "cluster_run.py")
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                    "--namespace", NS, "--image", IMAGE,
                    "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}",
