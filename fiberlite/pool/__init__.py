@@ -4,10 +4,13 @@
 - :mod:`.dispatch`: the master's servant: pending chunks, who holds what, retries;
 - :mod:`.results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators;
 - :mod:`.worker`: what runs in every worker job.
+
+``WorkerLostError`` and ``BrokenPoolError`` are defined in :mod:`fiberlite.errors`.
 """
+from ..errors import BrokenPoolError, WorkerLostError
 from .pool import CLOSE, RUN, TERMINATE, MaybeEncodingError, Pool
-from .results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
-                      IMapUnorderedIterator, MapResult, WorkerLostError)
+from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
+                      MapResult)
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "MaybeEncodingError", "BrokenPoolError", "WorkerLostError",

@@ -11,8 +11,8 @@ import itertools
 import signal
 from typing import Any, Callable
 
+from ..errors import BrokenPoolError, WorkerLostError
 from ..runtime.hub import LockedServant
-from .results import BrokenPoolError, WorkerLostError
 from .worker import pack, unpack
 
 RUN, CLOSE, TERMINATE, BROKEN = "RUN", "CLOSE", "TERMINATE", "BROKEN"

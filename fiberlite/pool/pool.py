@@ -55,13 +55,12 @@ import weakref
 from multiprocessing.connection import wait as wait_for
 from typing import Any, Callable, Iterable, Sequence
 
-from ..errors import ProcessError
+from ..errors import BrokenPoolError, ProcessError, WorkerLostError
 from ..process import Process
 from ..runtime.hub import get_hub
 from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
-from .results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
-                      IMapUnorderedIterator, MapResult, MaybeEncodingError,
-                      WorkerLostError, rebuild_failure)
+from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
+                      MapResult, MaybeEncodingError, rebuild_failure)
 from .worker import pack, unpack, worker_main
 from ..wire.codec import Payload
 

@@ -15,18 +15,10 @@ import traceback
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterator
 
-from ..errors import ProcessError, RemoteTraceback, TimeoutError
+from ..errors import BrokenPoolError, RemoteTraceback, TimeoutError, WorkerLostError  # re-exported
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
-
-
-class WorkerLostError(ProcessError):
-    """A task was running in workers that died, as many times as the pool allows."""
-
-
-class BrokenPoolError(ProcessError):
-    """The pool's workers cannot start (they exit before asking for work)."""
 
 
 class _Sink:
