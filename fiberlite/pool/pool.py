@@ -49,20 +49,20 @@ import atexit
 import itertools
 import os
 import threading
-import types
 import warnings
 import weakref
 from multiprocessing.connection import wait as wait_for
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 from ..errors import BrokenPoolError, ProcessError, WorkerLostError
 from ..process import Process
 from ..runtime.hub import get_hub
+from .chunks import pack_arguments, pack_call, pack_items, unpack, unpack_failure
 from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
-                      MapResult, MaybeEncodingError, rebuild_failure)
-from .worker import pack, unpack, worker_main
-from ..wire.codec import Payload
+                      MapResult, MaybeEncodingError)
+from .worker import worker_main
+from ..wire.codec import short_repr
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
@@ -71,112 +71,8 @@ IMAP_WINDOW = 256  # chunks an imap reads ahead of its consumer (at least 16 per
 _cores: "weakref.WeakSet[_Core]" = weakref.WeakSet()
 
 
-def _pickling_error(exc: Exception, message: str) -> Exception:
-    try:
-        error = type(exc)(message)
-    except Exception:
-        error = TypeError(message)
-    error.__cause__ = exc
-    return error
-
-
-def _short(obj: Any, limit: int = 200) -> str:
-    try:
-        text = repr(obj)
-    except Exception:
-        text = f"<{type(obj).__name__} object>"
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def _name(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or _short(func)
-
-
-class _FunctionPickles:
-    """Pickled functions, reused while the function's code, defaults and closure are the same.
-
-    A function of ``__main__`` travels by value; pickling it is most of the cost of an
-    ``apply_async``. Globals it uses are sent as they were first pickled, which is what a
-    worker keeps anyway (see :func:`fiberlite.pool.worker.adopt`).
-    """
-
-    def __init__(self) -> None:
-        self._cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _fingerprint(func: Any) -> tuple | None:
-        if type(func) is not types.FunctionType:
-            return None  # callable objects and methods may carry state: pickle each time
-        try:
-            cells = tuple(cell.cell_contents for cell in func.__closure__ or ())
-        except ValueError:  # an empty cell
-            return None
-        return (func.__code__, func.__defaults__, func.__kwdefaults__, *cells)
-
-    def get(self, kind: str, func: Any) -> Payload:
-        fingerprint = self._fingerprint(func)
-        if fingerprint is not None:
-            with self._lock:
-                entry = self._cache.get(func)
-            if entry is not None and entry[0] == kind and len(entry[1]) == len(fingerprint) \
-                    and all(a is b for a, b in zip(entry[1], fingerprint, strict=True)):
-                return entry[2]
-        payload = Payload.pack((kind, func))
-        if fingerprint is not None:
-            with self._lock:
-                self._cache[func] = (kind, fingerprint, payload)
-        return payload
-
-
-_function_pickles = _FunctionPickles()
-
-
-def pack_call(kind: str, func: Callable, method: str) -> Payload:
-    """Pickle a call's function (once per call at most), naming it if it cannot be."""
-    try:
-        return _function_pickles.get(kind, func)
-    except Exception as exc:
-        raise _pickling_error(exc, (
-            f"Pool.{method}: the function {_short(func)} cannot be pickled ({exc}). Functions "
-            "and arguments are sent to the worker jobs; pass a picklable callable (a function "
-            "of a module or of the script, not one holding locks, files or sockets).")) from None
-
-
-def pack_arguments(args: tuple, kwds: dict, method: str) -> Any:
-    """Pickle the arguments of an ``apply``, naming the one that cannot be."""
-    try:
-        return pack((args, kwds))
-    except Exception as exc:
-        from ..wire.codec import dumps_bytes
-        culprit = "an argument"
-        for label, value in [(f"argument {i}", a) for i, a in enumerate(args)] + \
-                [(f"keyword argument {k!r}", v) for k, v in kwds.items()]:
-            try:
-                dumps_bytes(value)
-            except Exception:
-                culprit = f"{label} {_short(value)}"
-                break
-        raise _pickling_error(exc, (
-            f"Pool.{method}: {culprit} cannot be pickled ({exc}). Arguments are sent to the "
-            "worker jobs; pass picklable objects, or create the object inside the task.")) from None
-
-
-def pack_items(items: Sequence, start: int, method: str) -> Any:
-    try:
-        return pack(items)
-    except Exception as exc:
-        from ..wire.codec import dumps_bytes
-        culprit = f"one of the items {start}..{start + len(items) - 1}"
-        for offset, item in enumerate(items):
-            try:
-                dumps_bytes(item)
-            except Exception:
-                culprit = f"item {start + offset} of the iterable, {_short(item)},"
-                break
-        raise _pickling_error(exc, (
-            f"Pool.{method}: {culprit} cannot be pickled ({exc}). Arguments are sent to the "
-            "worker jobs; pass picklable objects.")) from None
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or short_repr(func)
 
 
 class _Core:
@@ -261,7 +157,7 @@ class _Core:
                     else:
                         sink._set(start, count, False, error)
                 elif status == REMOTE_ERROR:
-                    sink._set(start, count, False, _load_failure(data))
+                    sink._set(start, count, False, unpack_failure(data))
                 else:
                     sink._set(start, count, False, data)
             except Exception:  # a sink must never stop the result thread
@@ -411,16 +307,6 @@ class _Core:
         self._wake_r = self._wake_w = -1
 
 
-def _load_failure(data: bytes) -> BaseException:
-    try:
-        exc, tb = unpack(data)
-    except Exception as error:
-        return MaybeEncodingError(repr(error), "an exception raised by the task")
-    if isinstance(exc, BaseException):
-        return rebuild_failure(exc, tb)
-    return MaybeEncodingError("not an exception", _short(exc))
-
-
 class Pool:
     """A pool of worker jobs with ``multiprocessing.pool.Pool``'s API.
 
@@ -501,7 +387,7 @@ class Pool:
         data = pack_arguments(tuple(args), dict(kwds), "apply_async")
         sink = ApplyResult(core, callback, error_callback)
         dispatcher = core.dispatcher
-        group = dispatcher.new_group(payload, _name(func), sink)
+        group = dispatcher.new_group("apply", payload, _name(func), sink)
         self._submit(core, sink, group, [dispatcher.make_chunk(group, 0, 1, data)])
         return sink
 
@@ -543,7 +429,7 @@ class Pool:
         payload = pack_call(kind, func, method)
         sink = MapResult(core, length, callback, error_callback)
         dispatcher = core.dispatcher
-        group = dispatcher.new_group(payload, _name(func), sink)
+        group = dispatcher.new_group(kind, payload, _name(func), sink)
         chunks: list = []
         batch = 1  # chunks are queued as they are pickled, 1, 2, 4... at a time: workers
         #            start on the first ones while the others are pickled
@@ -590,7 +476,7 @@ class Pool:
         payload = pack_call("map", func, method)
         window = max(IMAP_WINDOW, 16 * self._processes) * chunksize
         sink = cls(core, window)
-        group = core.dispatcher.new_group(payload, _name(func), sink)
+        group = core.dispatcher.new_group("map", payload, _name(func), sink)
         self._submit(core, sink, group, [], seal=False)
         threading.Thread(target=_feed, args=(core, group, sink, iter(iterable), chunksize, method),
                          name="fiberlite-pool-feeder", daemon=True).start()

@@ -15,7 +15,7 @@ import traceback
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterator
 
-from ..errors import BrokenPoolError, RemoteTraceback, TimeoutError, WorkerLostError  # re-exported
+from ..errors import BrokenPoolError, TimeoutError, WorkerLostError  # re-exported
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
@@ -301,9 +301,3 @@ class IMapUnorderedIterator(IMapIterator):
                 self._index += count
                 return False, value
             self._current = iter(value)
-
-
-def rebuild_failure(exc: BaseException, tb: str) -> BaseException:
-    """Attach a worker's formatted traceback to ``exc`` as its cause (as multiprocessing does)."""
-    exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
-    return exc
