@@ -235,7 +235,7 @@ def test_imap_reads_an_endless_input_lazily():
         assert [next(it) for _ in range(1000)] == [square(i) for i in range(1000)]
         ahead = next(pulled) - 1000
     pool.join()
-    window = fiberlite.pool.IMAP_WINDOW
+    window = fiberlite.pool.pool.IMAP_WINDOW
     assert ahead <= window, f"imap read {ahead} items ahead of its consumer (window {window})"
 
 

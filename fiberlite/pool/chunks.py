@@ -1,6 +1,6 @@
 """The pool's chunk format: how calls, items, results and failures are pickled.
 
-The master (:mod:`.pool` packs calls and unpacks results, :mod:`.dispatch` splits
+The master (:mod:`.pool` packs, :mod:`.core` unpacks results, :mod:`.dispatch` splits
 chunks and describes them) and every worker job (:mod:`.worker`) share it:
 
 - a call's function travels as a ``Payload`` of ``(kind, function)``, ``kind`` being
