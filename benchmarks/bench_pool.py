@@ -315,7 +315,7 @@ class _StubContext:
 
 def simulated_worker(address: str, oid: int, wid: int, key: bytes) -> None:
     """The real worker protocol, minus the work: return each chunk's items as its results."""
-    from fiberlite.pool.worker import pack, unpack
+    from fiberlite.pool.chunks import pack, unpack
     from fiberlite.wire.client import Client
     client = Client(address, key, connect_timeout=60)
     entries: list = []

@@ -33,6 +33,14 @@ class RemoteTraceback(Exception):
         return self.tb
 
 
+class WorkerLostError(ProcessError):
+    """A task was running in workers that died, as many times as the pool allows."""
+
+
+class BrokenPoolError(ProcessError):
+    """The pool's workers cannot start (they exit before asking for work)."""
+
+
 class RingError(ProcessError):
     """A :class:`fiberlite.Ring` cannot go on: a member failed, died or left.
 

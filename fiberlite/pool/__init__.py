@@ -1,13 +1,18 @@
 """``Pool``: ``multiprocessing.pool`` whose workers are jobs on a backend.
 
-- :mod:`.pool`: the user's ``Pool`` and the master's threads (protocol in its docstring);
+- :mod:`.pool`: the user's ``Pool`` (protocol in its docstring);
+- :mod:`.core`: the master's machinery of one pool: workers, result thread, imap feeders;
 - :mod:`.dispatch`: the master's servant: pending chunks, who holds what, retries;
 - :mod:`.results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators;
+- :mod:`.chunks`: the format of calls, chunks, results and failures, shared by both sides;
 - :mod:`.worker`: what runs in every worker job.
+
+``WorkerLostError`` and ``BrokenPoolError`` are defined in :mod:`fiberlite.errors`.
 """
+from ..errors import BrokenPoolError, WorkerLostError
 from .pool import CLOSE, RUN, TERMINATE, MaybeEncodingError, Pool
-from .results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
-                      IMapUnorderedIterator, MapResult, WorkerLostError)
+from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
+                      MapResult)
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "MaybeEncodingError", "BrokenPoolError", "WorkerLostError",

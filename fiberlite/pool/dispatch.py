@@ -11,9 +11,9 @@ import itertools
 import signal
 from typing import Any, Callable
 
+from ..errors import BrokenPoolError, WorkerLostError
 from ..runtime.hub import LockedServant
-from .results import BrokenPoolError, WorkerLostError
-from .worker import pack, unpack
+from .chunks import describe_args, pack, unpack
 
 RUN, CLOSE, TERMINATE, BROKEN = "RUN", "CLOSE", "TERMINATE", "BROKEN"
 MAX_TRIES = 3  # workers a task may take down with it before it fails
@@ -32,10 +32,11 @@ VALUE, REMOTE_ERROR, LOCAL_ERROR = 0, 1, 2
 class Group:
     """One call (``map``, ``imap``, ``apply_async``...): its pickled function and its sink."""
 
-    __slots__ = ("gid", "payload", "name", "sink", "outstanding", "sealed", "workers")
+    __slots__ = ("gid", "kind", "payload", "name", "sink", "outstanding", "sealed", "workers")
 
-    def __init__(self, gid: int, payload: Any, name: str, sink: Any) -> None:
+    def __init__(self, gid: int, kind: str, payload: Any, name: str, sink: Any) -> None:
         self.gid = gid
+        self.kind = kind  # "map", "star" or "apply" (see fiberlite.pool.chunks)
         self.payload = payload  # Payload of (kind, func)
         self.name = name
         self.sink = sink
@@ -122,8 +123,8 @@ class Dispatcher(LockedServant):
         self._gids = itertools.count(1)
 
     # -- the master's side ------------------------------------------------------------------
-    def new_group(self, payload: Any, name: str, sink: Any) -> Group:
-        return Group(next(self._gids), payload, name, sink)
+    def new_group(self, kind: str, payload: Any, name: str, sink: Any) -> Group:
+        return Group(next(self._gids), kind, payload, name, sink)
 
     def make_chunk(self, group: Group, start: int, count: int, data: Any) -> Chunk:
         return Chunk(next(self._cids), group, start, count, data)
@@ -503,7 +504,7 @@ class Dispatcher(LockedServant):
         return parts
 
     def _lost_error(self, chunk: Chunk) -> WorkerLostError:
-        task = f"{chunk.group.name}({_describe_args(chunk)})"
+        task = f"{chunk.group.name}({describe_args(chunk.group.kind, chunk.data)})"
         return WorkerLostError(
             f"task {task} failed: each of the {chunk.tries} workers that ran it died "
             f"({'; '.join(chunk.causes)}). A task that kills its worker (os._exit, a signal, "
@@ -518,30 +519,3 @@ class Dispatcher(LockedServant):
 
 def _order(chunk: Chunk) -> tuple[int, int]:
     return chunk.group.gid, chunk.start
-
-
-def _short(obj: Any, limit: int = 200) -> str:
-    try:
-        text = repr(obj)
-    except Exception as exc:
-        text = f"<unrepresentable {type(obj).__name__}: {exc}>"
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _describe_args(chunk: Chunk) -> str:
-    """The arguments of the chunk's task(s), for an error message."""
-    try:
-        kind = chunk.group.payload.unpack()[0]
-        items = unpack(chunk.data)
-        if kind == "apply":
-            args, kwds = items
-            parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwds.items()]
-            return ", ".join(parts)
-        if len(items) == 1:
-            item = items[0]
-            if kind == "star" and isinstance(item, tuple):
-                return ", ".join(_short(a) for a in item)
-            return _short(item)
-        return "one of " + _short(items)
-    except Exception as exc:
-        return f"<arguments could not be shown: {exc}>"

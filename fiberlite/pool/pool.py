@@ -39,387 +39,34 @@ accumulates tasks that an idle one could run.
 * ``maxtasksperchild``: a worker asks for no more than its remaining budget and retires
   with ``want=0``; the supervisor thread starts a replacement.
 
-Threads in the master: the hub's (dispatch), a supervisor (waits on the workers'
-sentinels, starts replacements), a result thread (unpickles results, runs callbacks),
-and one feeder per ``imap`` call.
+The master's state and threads are in :mod:`.core`, the format of what travels in
+:mod:`.chunks`.
 """
 from __future__ import annotations
 
-import atexit
-import itertools
 import os
 import threading
-import types
 import warnings
-import weakref
-from multiprocessing.connection import wait as wait_for
-from typing import Any, Callable, Iterable, Sequence
+from multiprocessing.pool import MaybeEncodingError
+from typing import Any, Callable, Iterable
 
-from ..errors import ProcessError
+from ..errors import BrokenPoolError, WorkerLostError
 from ..process import Process
-from ..runtime.hub import get_hub
-from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
-from .results import (ApplyResult, AsyncResult, BrokenPoolError, IMapIterator,
-                      IMapUnorderedIterator, MapResult, MaybeEncodingError,
-                      WorkerLostError, rebuild_failure)
-from .worker import pack, unpack, worker_main
-from ..wire.codec import Payload
+from ..wire.codec import short_repr
+from .chunks import pack_arguments, pack_call, pack_items
+from .core import Core, feed
+from .dispatch import BROKEN, CLOSE, RUN, TERMINATE
+from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
+                      MapResult)
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
 
 IMAP_WINDOW = 256  # chunks an imap reads ahead of its consumer (at least 16 per worker)
-_cores: "weakref.WeakSet[_Core]" = weakref.WeakSet()
-
-
-def _pickling_error(exc: Exception, message: str) -> Exception:
-    try:
-        error = type(exc)(message)
-    except Exception:
-        error = TypeError(message)
-    error.__cause__ = exc
-    return error
-
-
-def _short(obj: Any, limit: int = 200) -> str:
-    try:
-        text = repr(obj)
-    except Exception:
-        text = f"<{type(obj).__name__} object>"
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _name(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or _short(func)
-
-
-class _FunctionPickles:
-    """Pickled functions, reused while the function's code, defaults and closure are the same.
-
-    A function of ``__main__`` travels by value; pickling it is most of the cost of an
-    ``apply_async``. Globals it uses are sent as they were first pickled, which is what a
-    worker keeps anyway (see :func:`fiberlite.pool.worker.adopt`).
-    """
-
-    def __init__(self) -> None:
-        self._cache: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _fingerprint(func: Any) -> tuple | None:
-        if type(func) is not types.FunctionType:
-            return None  # callable objects and methods may carry state: pickle each time
-        try:
-            cells = tuple(cell.cell_contents for cell in func.__closure__ or ())
-        except ValueError:  # an empty cell
-            return None
-        return (func.__code__, func.__defaults__, func.__kwdefaults__, *cells)
-
-    def get(self, kind: str, func: Any) -> Payload:
-        fingerprint = self._fingerprint(func)
-        if fingerprint is not None:
-            with self._lock:
-                entry = self._cache.get(func)
-            if entry is not None and entry[0] == kind and len(entry[1]) == len(fingerprint) \
-                    and all(a is b for a, b in zip(entry[1], fingerprint, strict=True)):
-                return entry[2]
-        payload = Payload.pack((kind, func))
-        if fingerprint is not None:
-            with self._lock:
-                self._cache[func] = (kind, fingerprint, payload)
-        return payload
-
-
-_function_pickles = _FunctionPickles()
-
-
-def pack_call(kind: str, func: Callable, method: str) -> Payload:
-    """Pickle a call's function (once per call at most), naming it if it cannot be."""
-    try:
-        return _function_pickles.get(kind, func)
-    except Exception as exc:
-        raise _pickling_error(exc, (
-            f"Pool.{method}: the function {_short(func)} cannot be pickled ({exc}). Functions "
-            "and arguments are sent to the worker jobs; pass a picklable callable (a function "
-            "of a module or of the script, not one holding locks, files or sockets).")) from None
-
-
-def pack_arguments(args: tuple, kwds: dict, method: str) -> Any:
-    """Pickle the arguments of an ``apply``, naming the one that cannot be."""
-    try:
-        return pack((args, kwds))
-    except Exception as exc:
-        from ..wire.codec import dumps_bytes
-        culprit = "an argument"
-        for label, value in [(f"argument {i}", a) for i, a in enumerate(args)] + \
-                [(f"keyword argument {k!r}", v) for k, v in kwds.items()]:
-            try:
-                dumps_bytes(value)
-            except Exception:
-                culprit = f"{label} {_short(value)}"
-                break
-        raise _pickling_error(exc, (
-            f"Pool.{method}: {culprit} cannot be pickled ({exc}). Arguments are sent to the "
-            "worker jobs; pass picklable objects, or create the object inside the task.")) from None
-
-
-def pack_items(items: Sequence, start: int, method: str) -> Any:
-    try:
-        return pack(items)
-    except Exception as exc:
-        from ..wire.codec import dumps_bytes
-        culprit = f"one of the items {start}..{start + len(items) - 1}"
-        for offset, item in enumerate(items):
-            try:
-                dumps_bytes(item)
-            except Exception:
-                culprit = f"item {start + offset} of the iterable, {_short(item)},"
-                break
-        raise _pickling_error(exc, (
-            f"Pool.{method}: {culprit} cannot be pickled ({exc}). Arguments are sent to the "
-            "worker jobs; pass picklable objects.")) from None
-
-
-class _Core:
-    """The state and threads of one pool; the ``Pool`` object is its facade."""
-
-    def __init__(self, processes: int, initializer: Any, initargs: tuple,
-                 maxtasks: int | None, process_type: type) -> None:
-        self.processes = processes
-        self.initializer = initializer
-        self.initargs = tuple(initargs)
-        self.maxtasks = maxtasks
-        self.process_type = process_type  # the context's Process: a job on its backend
-        self.state = RUN
-        self.results: dict[int, Any] = {}
-        self._job_ids = itertools.count()
-        self.procs: dict[int, Any] = {}
-        self._wids = itertools.count(1)
-        self._state_lock = threading.Lock()
-        self._results_cond = threading.Condition()
-        self._deliveries: list = []
-        self._results_stop = False
-        self.dispatcher = Dispatcher(self._deliver)
-        self.ref = get_hub().register(self.dispatcher)
-        self._wake_r, self._wake_w = os.pipe()
-        self._retry_delay = 0.0
-        try:
-            for _ in range(processes):
-                self._start_worker()
-        except BaseException:
-            self.terminate()
-            raise
-        self._result_thread = threading.Thread(target=self._result_loop, daemon=True,
-                                               name="fiberlite-pool-results")
-        self._supervisor = threading.Thread(target=self._supervise, daemon=True,
-                                            name="fiberlite-pool-supervisor")
-        self._result_thread.start()
-        self._supervisor.start()
-        _cores.add(self)
-
-    # -- results ---------------------------------------------------------------------------
-    def register_result(self, sink: Any) -> int:
-        job = next(self._job_ids)
-        self.results[job] = sink
-        return job
-
-    def forget_result(self, job: int) -> None:
-        self.results.pop(job, None)
-
-    def _deliver(self, values: Any, entries: list) -> None:
-        with self._results_cond:
-            self._deliveries.append((values, entries))
-            if len(self._deliveries) == 1:
-                self._results_cond.notify()
-
-    def _result_loop(self) -> None:
-        cond = self._results_cond
-        while True:
-            with cond:
-                while not self._deliveries:
-                    if self._results_stop:
-                        return
-                    cond.wait()
-                batch, self._deliveries = self._deliveries, []
-            for values, entries in batch:
-                self._apply(values, entries)
-            del batch
-
-    @staticmethod
-    def _apply(values: Any, entries: list) -> None:
-        loaded: Any = None
-        error: BaseException | None = None
-        if values is not None:
-            try:
-                loaded = unpack(values)
-            except Exception as exc:
-                error = MaybeEncodingError(repr(exc), "results sent by a worker")
-        for sink, start, count, status, data in entries:
-            try:
-                if status == VALUE:
-                    if error is None:
-                        sink._set(start, count, True, loaded[data])
-                    else:
-                        sink._set(start, count, False, error)
-                elif status == REMOTE_ERROR:
-                    sink._set(start, count, False, _load_failure(data))
-                else:
-                    sink._set(start, count, False, data)
-            except Exception:  # a sink must never stop the result thread
-                import traceback
-                traceback.print_exc()
-
-    def _stop_results(self, wait: bool) -> None:
-        with self._results_cond:
-            self._results_stop = True
-            self._results_cond.notify()
-        thread = getattr(self, "_result_thread", None)
-        if wait and thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-    def abort_results(self, error: BaseException) -> None:
-        for sink in list(self.results.values()):
-            sink._abort(error)
-
-    # -- workers ---------------------------------------------------------------------------
-    def _start_worker(self) -> None:
-        wid = next(self._wids)
-        process = self.process_type(
-            target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
-            args=(self.ref, wid, self.initializer, self.initargs, self.maxtasks))
-        self.dispatcher.add_worker(wid)
-        try:
-            process.start()
-        except BaseException:
-            self.dispatcher.remove_worker(wid)
-            raise
-        self.procs[wid] = process
-
-    def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
-
-    def _supervise(self) -> None:
-        """Reap workers that exit, start replacements; stop when the pool is done."""
-        dispatcher = self.dispatcher
-        while True:
-            sentinels = {process.sentinel: wid for wid, process in list(self.procs.items())}
-            ready = wait_for(list(sentinels) + [self._wake_r], self._retry_delay or None)
-            if self._wake_r in ready:
-                try:
-                    os.read(self._wake_r, 4096)
-                except OSError:
-                    pass
-            if self.state == TERMINATE:
-                return
-            for fd in ready:
-                wid = sentinels.get(fd)
-                if wid is None:
-                    continue
-                process = self.procs.pop(wid)
-                process.join()
-                code = process.exitcode
-                try:
-                    process.close()
-                except Exception:
-                    pass
-                dispatcher.worker_exited(wid, code)
-            if dispatcher.state == BROKEN:
-                self.abort_results(dispatcher.broken_error)
-                for process in list(self.procs.values()):
-                    process.kill()
-                if not self.procs:
-                    return
-                continue
-            self._replace()
-            if not self.procs and not dispatcher.needs_workers():
-                return
-
-    def _replace(self) -> None:
-        self._retry_delay = 0.0
-        while len(self.procs) < self.processes and self.dispatcher.needs_workers():
-            with self._state_lock:
-                if self.state == TERMINATE:
-                    return
-                try:
-                    self._start_worker()
-                except Exception as exc:
-                    self.dispatcher.start_failed(f"could not be created: {exc}")
-                    self._retry_delay = 1.0  # try again later
-                    return
-
-    # -- shutdown ----------------------------------------------------------------------------
-    def close(self) -> None:
-        with self._state_lock:
-            if self.state == RUN:
-                self.state = CLOSE
-        self.dispatcher.close()
-        for sink in list(self.results.values()):
-            if isinstance(sink, IMapIterator):
-                sink._wake()  # feeders stop waiting for room
-        self.wake()
-
-    def terminate(self) -> None:
-        with self._state_lock:
-            if self.state == TERMINATE:
-                return
-            self.state = TERMINATE
-        _cores.discard(self)
-        self.dispatcher.terminate()
-        self.wake()
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None and supervisor is not threading.current_thread():
-            supervisor.join()
-        procs = list(self.procs.values())
-        for process in procs:
-            try:
-                process.terminate()
-            except Exception:
-                pass
-        for process in procs:
-            try:
-                process.join(5)
-                if process.exitcode is None:
-                    process.kill()
-                    process.join()
-                process.close()
-            except Exception:
-                pass
-        self.procs.clear()
-        self.abort_results(ProcessError("the pool was terminated before this result was ready"))
-        self._stop_results(wait=True)
-        self._release()
-
-    def join(self) -> None:
-        supervisor = getattr(self, "_supervisor", None)
-        if supervisor is not None and supervisor is not threading.current_thread():
-            supervisor.join()
-        for process in list(self.procs.values()):
-            process.join()
-        self._stop_results(wait=True)
-        self._release()
-
-    def _release(self) -> None:
-        hub = get_hub()
-        hub.unregister(self.ref.oid)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._wake_r = self._wake_w = -1
-
-
-def _load_failure(data: bytes) -> BaseException:
-    try:
-        exc, tb = unpack(data)
-    except Exception as error:
-        return MaybeEncodingError(repr(error), "an exception raised by the task")
-    if isinstance(exc, BaseException):
-        return rebuild_failure(exc, tb)
-    return MaybeEncodingError("not an exception", _short(exc))
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or short_repr(func)
 
 
 class Pool:
@@ -433,7 +80,7 @@ class Pool:
                  initargs: Iterable[Any] = (), maxtasksperchild: int | None = None,
                  context: Any = None) -> None:
         self._state = RUN
-        self._core: _Core | None = None
+        self._core: Core | None = None
         if processes is None:
             processes = os.cpu_count() or 1
         if processes < 1:
@@ -446,11 +93,11 @@ class Pool:
             raise TypeError("initializer must be a callable")
         self._processes = processes
         self._ctx = context
-        self._core = _Core(processes, initializer, tuple(initargs), maxtasksperchild,
+        self._core = Core(processes, initializer, tuple(initargs), maxtasksperchild,
                            Process if context is None else context.Process)
 
     # -- state -----------------------------------------------------------------------------
-    def _check_running(self) -> _Core:
+    def _check_running(self) -> Core:
         core = self._core
         if self._state != RUN or core is None:
             raise ValueError("Pool not running")
@@ -502,7 +149,7 @@ class Pool:
         data = pack_arguments(tuple(args), dict(kwds), "apply_async")
         sink = ApplyResult(core, callback, error_callback)
         dispatcher = core.dispatcher
-        group = dispatcher.new_group(payload, _name(func), sink)
+        group = dispatcher.new_group("apply", payload, _name(func), sink)
         self._submit(core, sink, group, [dispatcher.make_chunk(group, 0, 1, data)])
         return sink
 
@@ -544,7 +191,7 @@ class Pool:
         payload = pack_call(kind, func, method)
         sink = MapResult(core, length, callback, error_callback)
         dispatcher = core.dispatcher
-        group = dispatcher.new_group(payload, _name(func), sink)
+        group = dispatcher.new_group(kind, payload, _name(func), sink)
         chunks: list = []
         batch = 1  # chunks are queued as they are pickled, 1, 2, 4... at a time: workers
         #            start on the first ones while the others are pickled
@@ -566,7 +213,7 @@ class Pool:
         return sink
 
     @staticmethod
-    def _submit(core: _Core, sink: Any, group: Any, chunks: list, seal: bool = True,
+    def _submit(core: Core, sink: Any, group: Any, chunks: list, seal: bool = True,
                 new: bool = True) -> None:
         try:
             core.dispatcher.submit(group, chunks, seal=seal, new=new)
@@ -591,9 +238,9 @@ class Pool:
         payload = pack_call("map", func, method)
         window = max(IMAP_WINDOW, 16 * self._processes) * chunksize
         sink = cls(core, window)
-        group = core.dispatcher.new_group(payload, _name(func), sink)
+        group = core.dispatcher.new_group("map", payload, _name(func), sink)
         self._submit(core, sink, group, [], seal=False)
-        threading.Thread(target=_feed, args=(core, group, sink, iter(iterable), chunksize, method),
+        threading.Thread(target=feed, args=(core, group, sink, iter(iterable), chunksize, method),
                          name="fiberlite-pool-feeder", daemon=True).start()
         return sink
 
@@ -617,54 +264,3 @@ class Pool:
             raise ValueError("Pool is still running")
         if self._core is not None:
             self._core.join()
-
-
-def _feed(core: _Core, group: Any, sink: IMapIterator, source: Any, chunksize: int,
-          method: str) -> None:
-    """Read an imap's input as its consumer makes room, and submit it chunk by chunk."""
-    dispatcher = core.dispatcher
-    start = 0
-    try:
-        exhausted = False
-        while not exhausted:
-            allowed = sink._reserve(chunksize, core)
-            if not allowed:
-                return  # the pool was terminated
-            chunks = []
-            for _ in range(allowed):
-                try:
-                    items = list(itertools.islice(source, chunksize))
-                except Exception as exc:  # the input raised: that is the result at this position
-                    sink._set(start, 1, False, exc)
-                    start += 1
-                    exhausted = True
-                    break
-                if not items:
-                    exhausted = True
-                    break
-                try:
-                    data = pack_items(items, start, method)
-                except Exception as exc:
-                    sink._set(start, len(items), False, exc)
-                else:
-                    chunks.append(dispatcher.make_chunk(group, start, len(items), data))
-                start += len(items)
-                if len(items) < chunksize:
-                    exhausted = True
-                    break
-            if chunks:
-                dispatcher.submit(group, chunks, seal=False)
-        dispatcher.seal(group)
-        sink._set_length(start)
-    except BaseException as exc:  # the pool stopped under us
-        sink._abort(exc)
-
-
-@atexit.register
-def _terminate_all() -> None:
-    """At exit, stop the pools still running (before their daemonic workers are reaped)."""
-    for core in list(_cores):
-        try:
-            core.terminate()
-        except Exception:
-            pass

@@ -15,18 +15,10 @@ import traceback
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterator
 
-from ..errors import ProcessError, RemoteTraceback, TimeoutError
+from ..errors import BrokenPoolError, TimeoutError, WorkerLostError  # re-exported
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
-
-
-class WorkerLostError(ProcessError):
-    """A task was running in workers that died, as many times as the pool allows."""
-
-
-class BrokenPoolError(ProcessError):
-    """The pool's workers cannot start (they exit before asking for work)."""
 
 
 class _Sink:
@@ -309,9 +301,3 @@ class IMapUnorderedIterator(IMapIterator):
                 self._index += count
                 return False, value
             self._current = iter(value)
-
-
-def rebuild_failure(exc: BaseException, tb: str) -> BaseException:
-    """Attach a worker's formatted traceback to ``exc`` as its cause (as multiprocessing does)."""
-    exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
-    return exc

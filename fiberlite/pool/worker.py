@@ -3,7 +3,8 @@
 The main thread runs chunks and does all the talking: it asks for more work *before*
 its local queue runs dry (when tasks are short), so the next batch travels while the
 current one runs. A watchdog thread gives back chunks that wait behind a task that
-runs unexpectedly long, so that idle workers can take them. See :mod:`fiberlite.pool`.
+runs unexpectedly long, so that idle workers can take them. See :mod:`fiberlite.pool`;
+what travels is in the format of :mod:`.chunks`.
 """
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import builtins
 import collections
 import functools
 import itertools
-import pickle
 import sys
 import threading
 import time
@@ -20,7 +20,8 @@ import types
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
-from ..wire.codec import OUT_OF_BAND_MIN, PROTOCOL, Payload, dumps, dumps_bytes
+from ..wire.codec import dumps_bytes, short_repr
+from .chunks import pack, pack_failure, unpack
 
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
@@ -29,57 +30,6 @@ RESULT_DELAY = 0.02  # results wait at most about this long to share a message
 MAX_BATCH = 512
 MESSAGE_BYTES = 4 << 20  # results of about this size per message at most
 LOADED_FUNCTIONS = 64  # unpickled functions kept for reuse by later calls
-
-_PLAIN = frozenset({int, float, str, bool, type(None), complex})  # and bytes, when small
-
-
-# -- the format of chunks and results ---------------------------------------------------------
-def pack(obj: Any) -> Any:
-    """Pickle ``obj`` for a worker: bytes, or a Payload when it has out-of-band buffers
-    (numpy arrays, large ``bytes``: see :func:`fiberlite.wire.codec.dumps`)."""
-    kind = type(obj)
-    if kind is range or (kind in (list, tuple) and len(obj) <= 16 and all(_plain(x) for x in obj)):
-        return pickle.dumps(obj, PROTOCOL)  # nothing cloudpickle would treat differently
-    data, buffers = dumps(obj)
-    if not buffers:
-        return data
-    return Payload(data, buffers)
-
-
-def _atom(obj: Any) -> bool:
-    kind = type(obj)
-    return kind in _PLAIN or (kind is bytes and len(obj) < OUT_OF_BAND_MIN)
-
-
-def _plain(obj: Any) -> bool:
-    if _atom(obj):
-        return True
-    if type(obj) is tuple and len(obj) <= 8:
-        return all(_atom(x) for x in obj)
-    return False
-
-
-def unpack(data: Any) -> Any:
-    if type(data) is bytes:
-        return pickle.loads(data)
-    return data.unpack()
-
-
-def pack_failure(exc: BaseException, tb: str) -> bytes:
-    """An exception raised by a task, with its formatted traceback."""
-    try:
-        return dumps_bytes((exc, tb))
-    except Exception as error:
-        substitute = MaybeEncodingError(repr(error), _short(exc))
-        return dumps_bytes((substitute, tb))
-
-
-def _short(obj: Any, limit: int = 200) -> str:
-    try:
-        text = repr(obj)
-    except Exception:
-        text = f"<{type(obj).__name__} object>"
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # -- functions that travelled by value ------------------------------------------------------------
@@ -217,7 +167,7 @@ class _Worker:
                 try:
                     dumps_bytes(value)
                 except Exception as exc:
-                    error = MaybeEncodingError(repr(exc), _short(value))
+                    error = MaybeEncodingError(repr(exc), short_repr(value))
                     failure = pack_failure(error, "Traceback: the result could not be pickled\n")
                 else:
                     kept.append(value)

@@ -21,7 +21,7 @@ from ..backends import JobSpec, get_backend
 from .handles import expire_exports, exports_for_job
 from .hub import Servant, get_hub
 from ..meta import requests_of
-from ..wire.codec import Payload
+from ..wire.codec import Payload, name_unpicklable, unpicklable_error
 
 # "python" is the job's own interpreter: the local backend runs sys.executable, container
 # backends the image's python
@@ -64,33 +64,24 @@ class JobChannel(Servant):
             expire_exports(exports)
 
 
-def describe_unpicklable(process: Any, exc: Exception) -> str:
+def describe_unpicklable(process: Any) -> str:
     """Name the part of a Process that cannot be pickled."""
-    from ..wire.codec import dumps_bytes
     parts = [("target", getattr(process, "_target", None))]
     parts += [(f"argument {i}", a) for i, a in enumerate(getattr(process, "_args", ()))]
     parts += [(f"keyword argument {k!r}", v) for k, v in getattr(process, "_kwargs", {}).items()]
-    for label, value in parts:
-        try:
-            dumps_bytes(value)
-        except Exception:
-            return f"{label} {value!r:.200}"
-    return f"the Process object {process!r} (an attribute of your subclass?)"
+    return (name_unpicklable(parts)
+            or f"the Process object {process!r} (an attribute of your subclass?)")
 
 
 def pack_process(process: Any) -> Payload:
     try:
         return Payload.pack(process)
     except Exception as exc:
-        culprit = describe_unpicklable(process, exc)
+        culprit = describe_unpicklable(process)
         message = (f"cannot start {process.name}: {culprit} cannot be pickled ({exc}). "
                    "The target, its arguments and the Process are sent to the new job; "
                    "pass picklable objects, or create this one inside the target.")
-        try:
-            error = type(exc)(message)
-        except Exception:
-            error = TypeError(message)
-        raise error from exc
+        raise unpicklable_error(exc, message) from exc
 
 
 def preparation(parent_name: str) -> dict[str, Any]:

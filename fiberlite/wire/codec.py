@@ -5,6 +5,8 @@ large ``bytes`` and numpy arrays travel without being copied into the pickle str
 Envelopes (protocol messages) use the C pickler; user objects are wrapped in a
 :class:`Payload`, pickled with cloudpickle by the sender (:func:`dumps`: large
 ``bytes`` and ``bytearray`` out of band too) and opaque to every hop in between.
+When an object cannot be pickled, :func:`name_unpicklable` finds the part to name in
+the error (:func:`unpicklable_error`).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import pickle
 import struct
 import types
 from collections import ChainMap
-from typing import Any
+from typing import Any, Iterable
 
 import cloudpickle
 from pynng import Message
@@ -134,6 +136,36 @@ def dumps_bytes(obj: Any) -> bytes:
     file = io.BytesIO()
     Pickler(file, protocol=PROTOCOL).dump(obj)
     return file.getvalue()
+
+
+def short_repr(obj: Any, limit: int = 200) -> str:
+    """``repr(obj)`` cut to ``limit`` characters, for an error message (never raises)."""
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__} object>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def name_unpicklable(parts: Iterable[tuple[str, Any]]) -> str | None:
+    """``"<label> <repr>"`` of the first of ``(label, value)`` ``parts`` whose value
+    cannot be pickled (as :func:`dumps_bytes` pickles it), or None if every one can:
+    what an error message names when a whole (a Process, a call's arguments) cannot."""
+    for label, value in parts:
+        try:
+            dumps_bytes(value)
+        except Exception:
+            return f"{label} {short_repr(value)}"
+    return None
+
+
+def unpicklable_error(exc: Exception, message: str) -> Exception:
+    """The error to raise instead of ``exc``, which pickling raised: of ``exc``'s type
+    when it takes a message (else ``TypeError``), saying ``message``."""
+    try:
+        return type(exc)(message)
+    except Exception:
+        return TypeError(message)
 
 
 class _InBand(Exception):

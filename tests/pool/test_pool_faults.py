@@ -237,12 +237,12 @@ class FakeRequest:
 
 def _dispatcher(n_chunks, workers=(1, 2)):
     from fiberlite.pool.dispatch import Dispatcher
-    from fiberlite.pool.worker import pack
+    from fiberlite.pool.chunks import pack
     from fiberlite.wire.codec import Payload
 
     delivered = []
     dispatcher = Dispatcher(lambda values, entries: delivered.extend(entries))
-    group = dispatcher.new_group(Payload.pack(("map", square)), "square", sink="sink")
+    group = dispatcher.new_group("map", Payload.pack(("map", square)), "square", sink="sink")
     chunks = [dispatcher.make_chunk(group, i, 1, pack([i])) for i in range(n_chunks)]
     for wid in workers:
         dispatcher.add_worker(wid)
@@ -299,3 +299,12 @@ def test_dispatcher_gives_up_on_a_task_that_kills_every_worker():
     (_sink, _start, _count, status, error), = delivered
     assert status == LOCAL_ERROR and isinstance(error, WorkerLostError)
     assert "square(0)" in str(error) and "SIGKILL" in str(error)
+
+
+def test_lost_task_is_described_by_the_kind_of_its_call():
+    from fiberlite.pool.chunks import describe_args, pack
+    assert describe_args("apply", pack(((1, "a"), {"k": None}))) == "1, 'a', k=None"
+    assert describe_args("star", pack([(2, 3)])) == "2, 3"
+    assert describe_args("map", pack([(2, 3)])) == "(2, 3)"
+    assert describe_args("map", pack([4, 5])) == "one of [4, 5]"
+    assert describe_args("map", b"not a pickle").startswith("<arguments could not be shown")

@@ -13,7 +13,7 @@ import pytest
 import jobs
 
 from fiberlite.pool import Pool
-from fiberlite.pool.worker import pack, unpack
+from fiberlite.pool.chunks import pack, unpack
 from fiberlite.wire import codec
 from fiberlite.wire.codec import OUT_OF_BAND_MIN, Payload
 

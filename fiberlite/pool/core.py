@@ -1,0 +1,311 @@
+"""The master's machinery of one pool: its workers, its result thread, its imap feeders.
+
+:class:`Core` holds the state and threads behind a :class:`~fiberlite.pool.Pool` (the
+user's facade, in :mod:`.pool`); the servant that hands out chunks is its
+:class:`~fiberlite.pool.dispatch.Dispatcher`. Threads in the master: the hub's
+(dispatch), a supervisor (waits on the workers' sentinels, starts replacements), a
+result thread (unpickles results, runs callbacks), and one feeder per ``imap`` call
+(:func:`feed`).
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import threading
+import weakref
+from multiprocessing.connection import wait as wait_for
+from multiprocessing.pool import MaybeEncodingError
+from typing import Any
+
+from ..errors import ProcessError
+from ..runtime.hub import get_hub
+from .chunks import pack_items, unpack, unpack_failure
+from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
+from .results import IMapIterator
+from .worker import worker_main
+
+_cores: "weakref.WeakSet[Core]" = weakref.WeakSet()
+
+
+class Core:
+    """The state and threads of one pool; the ``Pool`` object is its facade."""
+
+    def __init__(self, processes: int, initializer: Any, initargs: tuple,
+                 maxtasks: int | None, process_type: type) -> None:
+        self.processes = processes
+        self.initializer = initializer
+        self.initargs = tuple(initargs)
+        self.maxtasks = maxtasks
+        self.process_type = process_type  # the context's Process: a job on its backend
+        self.state = RUN
+        self.results: dict[int, Any] = {}
+        self._job_ids = itertools.count()
+        self.procs: dict[int, Any] = {}
+        self._wids = itertools.count(1)
+        self._state_lock = threading.Lock()
+        self._results_cond = threading.Condition()
+        self._deliveries: list = []
+        self._results_stop = False
+        self.dispatcher = Dispatcher(self._deliver)
+        self.ref = get_hub().register(self.dispatcher)
+        self._wake_r, self._wake_w = os.pipe()
+        self._retry_delay = 0.0
+        try:
+            for _ in range(processes):
+                self._start_worker()
+        except BaseException:
+            self.terminate()
+            raise
+        self._result_thread = threading.Thread(target=self._result_loop, daemon=True,
+                                               name="fiberlite-pool-results")
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True,
+                                            name="fiberlite-pool-supervisor")
+        self._result_thread.start()
+        self._supervisor.start()
+        _cores.add(self)
+
+    # -- results ---------------------------------------------------------------------------
+    def register_result(self, sink: Any) -> int:
+        job = next(self._job_ids)
+        self.results[job] = sink
+        return job
+
+    def forget_result(self, job: int) -> None:
+        self.results.pop(job, None)
+
+    def _deliver(self, values: Any, entries: list) -> None:
+        with self._results_cond:
+            self._deliveries.append((values, entries))
+            if len(self._deliveries) == 1:
+                self._results_cond.notify()
+
+    def _result_loop(self) -> None:
+        cond = self._results_cond
+        while True:
+            with cond:
+                while not self._deliveries:
+                    if self._results_stop:
+                        return
+                    cond.wait()
+                batch, self._deliveries = self._deliveries, []
+            for values, entries in batch:
+                self._apply(values, entries)
+            del batch
+
+    @staticmethod
+    def _apply(values: Any, entries: list) -> None:
+        loaded: Any = None
+        error: BaseException | None = None
+        if values is not None:
+            try:
+                loaded = unpack(values)
+            except Exception as exc:
+                error = MaybeEncodingError(repr(exc), "results sent by a worker")
+        for sink, start, count, status, data in entries:
+            try:
+                if status == VALUE:
+                    if error is None:
+                        sink._set(start, count, True, loaded[data])
+                    else:
+                        sink._set(start, count, False, error)
+                elif status == REMOTE_ERROR:
+                    sink._set(start, count, False, unpack_failure(data))
+                else:
+                    sink._set(start, count, False, data)
+            except Exception:  # a sink must never stop the result thread
+                import traceback
+                traceback.print_exc()
+
+    def _stop_results(self, wait: bool) -> None:
+        with self._results_cond:
+            self._results_stop = True
+            self._results_cond.notify()
+        thread = getattr(self, "_result_thread", None)
+        if wait and thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def abort_results(self, error: BaseException) -> None:
+        for sink in list(self.results.values()):
+            sink._abort(error)
+
+    # -- workers ---------------------------------------------------------------------------
+    def _start_worker(self) -> None:
+        wid = next(self._wids)
+        process = self.process_type(
+            target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
+            args=(self.ref, wid, self.initializer, self.initargs, self.maxtasks))
+        self.dispatcher.add_worker(wid)
+        try:
+            process.start()
+        except BaseException:
+            self.dispatcher.remove_worker(wid)
+            raise
+        self.procs[wid] = process
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _supervise(self) -> None:
+        """Reap workers that exit, start replacements; stop when the pool is done."""
+        dispatcher = self.dispatcher
+        while True:
+            sentinels = {process.sentinel: wid for wid, process in list(self.procs.items())}
+            ready = wait_for(list(sentinels) + [self._wake_r], self._retry_delay or None)
+            if self._wake_r in ready:
+                try:
+                    os.read(self._wake_r, 4096)
+                except OSError:
+                    pass
+            if self.state == TERMINATE:
+                return
+            for fd in ready:
+                wid = sentinels.get(fd)
+                if wid is None:
+                    continue
+                process = self.procs.pop(wid)
+                process.join()
+                code = process.exitcode
+                try:
+                    process.close()
+                except Exception:
+                    pass
+                dispatcher.worker_exited(wid, code)
+            if dispatcher.state == BROKEN:
+                self.abort_results(dispatcher.broken_error)
+                for process in list(self.procs.values()):
+                    process.kill()
+                if not self.procs:
+                    return
+                continue
+            self._replace()
+            if not self.procs and not dispatcher.needs_workers():
+                return
+
+    def _replace(self) -> None:
+        self._retry_delay = 0.0
+        while len(self.procs) < self.processes and self.dispatcher.needs_workers():
+            with self._state_lock:
+                if self.state == TERMINATE:
+                    return
+                try:
+                    self._start_worker()
+                except Exception as exc:
+                    self.dispatcher.start_failed(f"could not be created: {exc}")
+                    self._retry_delay = 1.0  # try again later
+                    return
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._state_lock:
+            if self.state == RUN:
+                self.state = CLOSE
+        self.dispatcher.close()
+        for sink in list(self.results.values()):
+            if isinstance(sink, IMapIterator):
+                sink._wake()  # feeders stop waiting for room
+        self.wake()
+
+    def terminate(self) -> None:
+        with self._state_lock:
+            if self.state == TERMINATE:
+                return
+            self.state = TERMINATE
+        _cores.discard(self)
+        self.dispatcher.terminate()
+        self.wake()
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None and supervisor is not threading.current_thread():
+            supervisor.join()
+        procs = list(self.procs.values())
+        for process in procs:
+            try:
+                process.terminate()
+            except Exception:
+                pass
+        for process in procs:
+            try:
+                process.join(5)
+                if process.exitcode is None:
+                    process.kill()
+                    process.join()
+                process.close()
+            except Exception:
+                pass
+        self.procs.clear()
+        self.abort_results(ProcessError("the pool was terminated before this result was ready"))
+        self._stop_results(wait=True)
+        self._release()
+
+    def join(self) -> None:
+        supervisor = getattr(self, "_supervisor", None)
+        if supervisor is not None and supervisor is not threading.current_thread():
+            supervisor.join()
+        for process in list(self.procs.values()):
+            process.join()
+        self._stop_results(wait=True)
+        self._release()
+
+    def _release(self) -> None:
+        hub = get_hub()
+        hub.unregister(self.ref.oid)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._wake_r = self._wake_w = -1
+
+
+def feed(core: Core, group: Any, sink: IMapIterator, source: Any, chunksize: int,
+         method: str) -> None:
+    """Read an imap's input as its consumer makes room, and submit it chunk by chunk."""
+    dispatcher = core.dispatcher
+    start = 0
+    try:
+        exhausted = False
+        while not exhausted:
+            allowed = sink._reserve(chunksize, core)
+            if not allowed:
+                return  # the pool was terminated
+            chunks = []
+            for _ in range(allowed):
+                try:
+                    items = list(itertools.islice(source, chunksize))
+                except Exception as exc:  # the input raised: that is the result at this position
+                    sink._set(start, 1, False, exc)
+                    start += 1
+                    exhausted = True
+                    break
+                if not items:
+                    exhausted = True
+                    break
+                try:
+                    data = pack_items(items, start, method)
+                except Exception as exc:
+                    sink._set(start, len(items), False, exc)
+                else:
+                    chunks.append(dispatcher.make_chunk(group, start, len(items), data))
+                start += len(items)
+                if len(items) < chunksize:
+                    exhausted = True
+                    break
+            if chunks:
+                dispatcher.submit(group, chunks, seal=False)
+        dispatcher.seal(group)
+        sink._set_length(start)
+    except BaseException as exc:  # the pool stopped under us
+        sink._abort(exc)
+
+
+@atexit.register
+def _terminate_all() -> None:
+    """At exit, stop the pools still running (before their daemonic workers are reaped)."""
+    for core in list(_cores):
+        try:
+            core.terminate()
+        except Exception:
+            pass
