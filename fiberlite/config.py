@@ -55,6 +55,13 @@ def _seconds_or_never(value: Any) -> float:
     return seconds
 
 
+def _positive_count(value: Any) -> int:
+    count = parse_count(value)
+    if count < 1:
+        raise ValueError("expected a whole number of at least 1")
+    return count
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -86,6 +93,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("cpu", None, parse_cpu, "CPUs requested per job unless @meta says otherwise"),
     Setting("memory", None, parse_memory, "memory per job (e.g. 512Mi, 8Gi) unless @meta says otherwise"),
     Setting("gpu", None, parse_count, "GPUs per job unless @meta says otherwise"),
+    Setting("workers_per_job", None, _positive_count,
+            "pool workers one job runs (default: local, the workers shared among the CPUs; "
+            "else the job's whole cpu request)"),
     Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
     Setting("mount_working_dir", True, _flag, "mount working_dir into job containers"),
     Setting("tls", False, _flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),

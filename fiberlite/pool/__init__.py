@@ -5,7 +5,10 @@
 - :mod:`.dispatch`: the master's servant: pending chunks, who holds what, retries;
 - :mod:`.results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators;
 - :mod:`.chunks`: the format of calls, chunks, results and failures, shared by both sides;
-- :mod:`.worker`: what runs in every worker job.
+- :mod:`.worker`: what runs in every worker, and :mod:`.upstream`: how it reaches the
+  master, over its own connection or through its host;
+- :mod:`.packing`: how many workers one job runs; :mod:`.host`: a job that runs many,
+  forked from its :mod:`.template`; :mod:`.relay`: the master's end of the hosts.
 
 ``WorkerLostError`` and ``BrokenPoolError`` are defined in :mod:`fiberlite.errors`.
 """

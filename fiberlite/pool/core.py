@@ -10,7 +10,9 @@ result thread (unpickles results, runs callbacks), and one feeder per ``imap`` c
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import itertools
+import math
 import os
 import threading
 import weakref
@@ -18,13 +20,20 @@ from multiprocessing.connection import wait as wait_for
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
-from ..errors import ProcessError
+from ..errors import BrokenPoolError, ProcessError
 from ..runtime.hub import get_hub
+from ..runtime.limits import check_room
 from .chunks import pack_items, unpack, unpack_failure
+from .host import host_main
+from .packing import DESCRIPTORS_PER_JOB, HostedWorker, workers_per_job
+from .relay import HostRelay
 from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .results import IMapIterator
+from .upstream import HubUpstream
 from .worker import worker_main
 
+START_CONCURRENCY = 16  # jobs being created at once
+PIDS_TIMEOUT = 30.0  # seconds worker_processes waits for the pids of hosted workers being forked
 _cores: "weakref.WeakSet[Core]" = weakref.WeakSet()
 
 
@@ -51,9 +60,15 @@ class Core:
         self.ref = get_hub().register(self.dispatcher)
         self._wake_r, self._wake_w = os.pipe()
         self._retry_delay = 0.0
+        self.per_job = workers_per_job(processes, process_type)
+        self.relay: HostRelay | None = None
+        if self.per_job > 1:  # workers run in hosts, forked there: procs are the hosts
+            self.relay = HostRelay(self.dispatcher, self._replacement, self.wake)
+            self.relay_ref = get_hub().register(self.relay)
+            self._hids = itertools.count(1)
+        check_room(DESCRIPTORS_PER_JOB * math.ceil(processes / self.per_job), f"Pool({processes})")
         try:
-            for _ in range(processes):
-                self._start_worker()
+            self._start_jobs(processes)
         except BaseException:
             self.terminate()
             raise
@@ -130,11 +145,65 @@ class Core:
             sink._abort(error)
 
     # -- workers ---------------------------------------------------------------------------
+    def _workers(self) -> int:
+        """Workers started and not known to have ended."""
+        return len(self.procs) if self.relay is None else self.relay.workers()
+
+    def worker_processes(self) -> list:
+        """The workers' processes; a worker forked in a host as its pid."""
+        if self.relay is None:
+            return list(self.procs.values())
+        return [HostedWorker(pid) for pid in self.relay.pids(timeout=PIDS_TIMEOUT)]
+
+    def _start_jobs(self, workers: int) -> None:
+        """Start jobs for ``workers`` more workers, up to ``START_CONCURRENCY`` at a time
+        (a cluster's API answers each creation in its own time); the first error is raised."""
+        sizes = [min(self.per_job, workers - done) for done in range(0, workers, self.per_job)]
+        if len(sizes) == 1:
+            self._start_job(sizes[0])
+            return
+        with concurrent.futures.ThreadPoolExecutor(min(START_CONCURRENCY, len(sizes)),
+                                                   "fiberlite-pool-start") as starters:
+            for started in [starters.submit(self._start_job, size) for size in sizes]:
+                started.result()
+
+    def _start_job(self, count: int) -> None:
+        if self.relay is None:
+            self._start_worker()
+        else:
+            self._start_host(count)
+
+    def _start_host(self, count: int) -> None:
+        hid = next(self._hids)
+        wids = [next(self._wids) for _ in range(count)]
+        for wid in wids:
+            self.dispatcher.add_worker(wid)
+        self.relay.add_host(hid, wids)
+        process = self.process_type(
+            target=host_main, name=f"PoolHost-{hid}", daemon=True,
+            args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
+        try:
+            process.start()
+        except BaseException:
+            self.relay.forget_host(hid)
+            raise
+        self.procs[hid] = process
+
+    def _replacement(self, hid: int) -> int | None:
+        """The id of a worker to start in host ``hid`` in place of one that ended. Runs on
+        the hub's thread, which must not wait for the supervisor's lock: a worker added
+        while the pool terminates is told to exit when it asks for work."""
+        if self.state == TERMINATE or not self.dispatcher.needs_workers():
+            return None
+        wid = next(self._wids)
+        self.dispatcher.add_worker(wid)
+        return wid
+
     def _start_worker(self) -> None:
         wid = next(self._wids)
         process = self.process_type(
             target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
-            args=(self.ref, wid, self.initializer, self.initargs, self.maxtasks))
+            args=(HubUpstream(self.ref), wid, self.initializer, self.initargs, self.maxtasks))
         self.dispatcher.add_worker(wid)
         try:
             process.start()
@@ -150,7 +219,15 @@ class Core:
             pass
 
     def _supervise(self) -> None:
-        """Reap workers that exit, start replacements; stop when the pool is done."""
+        """Reap workers that exit, start replacements; stop when the pool is done. What
+        goes wrong here breaks the pool with an error every caller sees."""
+        try:
+            self._supervise_loop()
+        except Exception as exc:
+            self.dispatcher.fail(BrokenPoolError(f"the pool's supervisor failed: {exc!r}"))
+            self.abort_results(self.dispatcher.broken_error)
+
+    def _supervise_loop(self) -> None:
         dispatcher = self.dispatcher
         while True:
             sentinels = {process.sentinel: wid for wid, process in list(self.procs.items())}
@@ -173,7 +250,10 @@ class Core:
                     process.close()
                 except Exception:
                     pass
-                dispatcher.worker_exited(wid, code)
+                if self.relay is None:
+                    dispatcher.worker_exited(wid, code)
+                else:
+                    self.relay.host_gone(wid, code)
             if dispatcher.state == BROKEN:
                 self.abort_results(dispatcher.broken_error)
                 for process in list(self.procs.values()):
@@ -187,12 +267,12 @@ class Core:
 
     def _replace(self) -> None:
         self._retry_delay = 0.0
-        while len(self.procs) < self.processes and self.dispatcher.needs_workers():
+        while self._workers() < self.processes and self.dispatcher.needs_workers():
             with self._state_lock:
                 if self.state == TERMINATE:
                     return
                 try:
-                    self._start_worker()
+                    self._start_jobs(self.processes - self._workers())
                 except Exception as exc:
                     self.dispatcher.start_failed(f"could not be created: {exc}")
                     self._retry_delay = 1.0  # try again later
@@ -252,6 +332,8 @@ class Core:
     def _release(self) -> None:
         hub = get_hub()
         hub.unregister(self.ref.oid)
+        if self.relay is not None:
+            hub.unregister(self.relay_ref.oid)
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

@@ -198,9 +198,17 @@ class Dispatcher(LockedServant):
                                   or self.start_kills >= START_KILLS):
             self._break(out)
 
-    def _break(self, out: _Out) -> None:
+    def fail(self, error: BaseException) -> None:
+        """The pool cannot go on (``error`` says why): every caller gets ``error``."""
+        out = _Out()
+        with self._lock:
+            if self.state != BROKEN:
+                self._break(out, error)
+        self._flush(out)
+
+    def _break(self, out: _Out, error: BaseException | None = None) -> None:
         self.state = BROKEN
-        self.broken_error = BrokenPoolError(
+        self.broken_error = error or BrokenPoolError(
             f"the pool's workers cannot start: "
             f"{self.start_failures + self.start_kills} in a row ended before asking for work; "
             f"the last one: {self.last_failure.rstrip()}")

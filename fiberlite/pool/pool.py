@@ -107,8 +107,10 @@ class Pool:
 
     @property
     def _pool(self) -> list:
-        """The worker processes alive now (``multiprocessing`` exposes the same)."""
-        return list(self._core.procs.values()) if self._core is not None else []
+        """The worker processes alive now (``multiprocessing`` exposes the same); workers
+        forked in a host are shown by their pid."""
+        core = self._core
+        return core.worker_processes() if core is not None else []
 
     def _repopulate_pool(self) -> None:
         """Replacements start on their own; this only nudges the supervisor."""

@@ -20,6 +20,7 @@ import types
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
+from ..errors import ConnectionLost
 from ..wire.codec import dumps_bytes, short_repr
 from .chunks import pack, pack_failure, unpack
 
@@ -94,26 +95,28 @@ def _adopt_function(func: types.FunctionType, memo: dict) -> types.FunctionType:
 
 
 # -- the worker ---------------------------------------------------------------------------------
-def worker_main(ref: Any, wid: int, initializer: Any, initargs: tuple,
+def worker_main(upstream: Any, wid: int, initializer: Any, initargs: tuple,
                 maxtasks: int | None) -> None:
-    """The target of every pool worker job."""
+    """What every pool worker runs, whether a job of its own or forked in a host;
+    ``upstream`` reaches the master (:mod:`fiberlite.pool.upstream`)."""
     if initializer is not None:
         try:
             adopt(initializer)(*initargs)
         except BaseException:
             try:
-                ref.call("init_failed", wid, traceback.format_exc())
+                upstream.call("init_failed", wid, traceback.format_exc())
             except Exception:
                 pass
             raise
-    _Worker(ref, wid, maxtasks).run()
+    try:
+        _Worker(upstream, wid, maxtasks).run()
+    except ConnectionLost:
+        raise SystemExit(1) from None  # the master or the host is gone: nobody to report to
 
 
 class _Worker:
-    def __init__(self, ref: Any, wid: int, maxtasks: int | None) -> None:
-        from ..runtime.hub import connect
-        self.ref = ref
-        self.client = connect(ref.address)
+    def __init__(self, upstream: Any, wid: int, maxtasks: int | None) -> None:
+        self.up = upstream
         self.wid = wid
         self.budget = maxtasks  # chunks it may still receive (None: no limit)
         self.functions: dict[int, tuple] = {}  # call id -> (kind, function)
@@ -133,15 +136,12 @@ class _Worker:
         self.halt = threading.Event()
         threading.Thread(target=self._watch, name="fiberlite-pool-watchdog", daemon=True).start()
 
-    # -- transport: a request sent now and answered later, on the shared connection --------
+    # -- transport: a request sent now and answered later --------------------------------
     def _begin(self, method: str, *args: Any) -> Any:
-        return self.client.begin((self.ref.oid, method, args))
+        return self.up.begin(method, *args)
 
     def _finish(self, handle: Any) -> Any:
-        ok, value = self.client.finish(handle)
-        if ok:
-            return value
-        raise value
+        return self.up.finish(handle)
 
     # -- results -----------------------------------------------------------------------------
     def _take_results(self) -> tuple[list, Any]:
@@ -184,7 +184,7 @@ class _Worker:
     def _flush(self) -> None:
         if self.entries:
             entries, values = self._take_results()
-            self.ref.cast("done", self.wid, entries, values)
+            self.up.cast("done", self.wid, entries, values)
 
     def _want(self) -> int:
         ema = self.ema

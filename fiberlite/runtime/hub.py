@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from . import identity
+from .limits import raise_open_file_limit
 from .scheduler import Scheduler
 from ..wire.client import Client
 from ..wire.codec import Payload
@@ -224,6 +225,7 @@ def get_hub(backend: str | None = None) -> Hub:
     if hub is None:
         with _hub_lock:
             if _hub is None:
+                raise_open_file_limit()  # serving jobs costs descriptors
                 _hub = Hub(listen_host(backend))
             hub = _hub
     elif backend is not None:

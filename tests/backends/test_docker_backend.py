@@ -320,6 +320,20 @@ def test_pool_map_survives_a_killed_container(ctx):
     pool.join()
 
 
+def test_pool_packs_workers_into_containers(ctx):
+    """With cpu=2 a container runs two workers, forked in it; a killed one loses nothing."""
+    fiberlite.init(cpu=2)
+    with ctx.Pool(4) as pool:
+        assert pool._core.per_job == 2
+        containers = [process._popen.job.id for process in pool._core.procs.values()]
+        assert len(containers) == 2
+        result = pool.map_async(slow_square, range(60), chunksize=1)
+        subprocess.run(["docker", "kill", containers[0]], check=True, capture_output=True, timeout=30)
+        assert result.get(timeout=90) == [x * x for x in range(60)]
+        assert len(pool._pool) == 4  # pids inside containers: each container counts its own
+    pool.join()
+
+
 def test_manager_dict(ctx):
     with ctx.Manager() as manager:
         d = manager.dict()

@@ -257,6 +257,24 @@ def test_pool_on_pods_survives_a_lost_pod(kube):
         assert kube.server.pod(victim) is None
 
 
+def test_pool_packs_workers_into_pods_and_survives_a_lost_one(kube):
+    """A pod with cpu=3 runs three workers, forked in it: six workers are two pods."""
+    fiberlite.init(cpu=3)
+    with kube.ctx.Pool(6) as pool:
+        assert pool._core.per_job == 3
+        pods = [pod_name(process) for process in pool._core.procs.values()]
+        assert len(pods) == 2
+        results = pool.imap(slow_square, range(60))
+        first = [next(results) for _ in range(5)]
+        assert len({p.pid for p in pool._pool}) == 6
+        kube.v1.delete_namespaced_pod(pods[0], NS, grace_period_seconds=0)
+        assert first + list(results) == [x * x for x in range(60)]
+        assert pool.map(slow_square, range(6)) == [x * x for x in range(6)]
+        assert kube.server.pod(pods[0]) is None
+        assert len(pool._core.procs) == 2 and pods[0] not in {
+            pod_name(process) for process in pool._core.procs.values()}
+
+
 def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
     from fiberlite.pool.results import BrokenPoolError
     fiberlite.init(image="registry.invalid/missing:1")

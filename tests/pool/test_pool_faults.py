@@ -84,7 +84,7 @@ def test_map_survives_killed_workers():
         values = result.get(45)
         assert values == [0.0001] * n
         assert killed, "the map ended before any worker was killed"
-        assert max(pool._core.procs) > 3, "no replacement worker was started"
+        assert max(pool._core.dispatcher.workers) > 3, "no replacement worker was started"
         assert pool.map(square, range(100)) == [x * x for x in range(100)]  # replacements work
     pool.join()
 

@@ -1,0 +1,192 @@
+"""A pool host: one job that runs many pool workers, forked from its template.
+
+The master sees a host as one connection to its :class:`~.relay.HostRelay`, however
+many workers the host runs; a worker sees its host as its master
+(:class:`~.upstream.HostUpstream`), over a socket of its own. So the master pays per
+message, not per worker, and each worker costs a fork (:mod:`.template`).
+
+Two threads:
+
+- the main thread waits on the workers' sockets and on the template; what it reads in
+  one turn (workers' requests and results, workers started or ended) goes to the relay
+  in one one-way ``post``;
+- the answer thread keeps one ``poll`` request at the relay, which answers it with
+  everything that is ready for this host: the answers to workers' requests, which it
+  hands to each worker, and the relay's word on each worker that ended (``start`` a
+  new one in its place, or ``retire`` the place).
+
+The host ends once every place is retired (the pool closed), or with its master.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..process import current_process
+from ..runtime import identity
+from ..runtime.launcher import preparation
+from ..runtime.limits import raise_open_file_limit
+from ..wire.codec import dumps_bytes
+from .template import MAX_MESSAGE
+
+
+def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
+              maxtasks: int | None) -> None:
+    """The target of a host job: run workers ``wids`` (and their replacements)."""
+    raise_open_file_limit()  # a worker costs its host a descriptor
+    Host(relay, hid, initializer, initargs, maxtasks).run(wids)
+
+
+class Host:
+    def __init__(self, relay: Any, hid: int, initializer: Any, initargs: tuple,
+                 maxtasks: int | None) -> None:
+        self.relay = relay
+        self.hid = hid
+        me = current_process()
+        self.init_message = dumps_bytes((initializer, initargs, maxtasks, me.name, os.getpid()))
+        self.conns: dict[int, Connection] = {}  # wid -> the worker's socket
+        self.places = 0  # workers alive or asked for, and ended ones not yet decided on
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+        self.done = False
+        self.control, self.template = self._start_template()
+        self.selector.register(self.control, selectors.EVENT_READ, "template")
+        self.control_lock = threading.Lock()
+
+    # -- the template ---------------------------------------------------------------------
+    def _start_template(self) -> tuple[socket.socket, subprocess.Popen]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            template = subprocess.Popen(
+                [sys.executable, "-c", "from fiberlite.pool.template import main; main()",
+                 str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        finally:
+            theirs.close()
+        prep = preparation(current_process().name)
+        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id())))
+        return ours, template
+
+    def _fork(self, wid: int) -> None:
+        with self.control_lock:
+            self.places += 1
+            self.control.send(pickle.dumps(("fork", wid)))
+
+    def _from_template(self, batch: list) -> None:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.control, MAX_MESSAGE, 1)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            raise RuntimeError("the pool host's fork template ended unexpectedly")
+        message = pickle.loads(data)
+        kind, wid = message[0], message[1]
+        if kind == "forked":
+            conn = Connection(fds[0])
+            try:
+                conn.send_bytes(self.init_message)
+            except OSError:
+                conn.close()  # it died at once; its exit is reported next
+                return
+            self.conns[wid] = conn
+            self.selector.register(conn, selectors.EVENT_READ, wid)
+            batch.append((wid, 0, "started", (message[2],)))
+        elif kind == "exited":
+            self._drop(wid)
+            batch.append((wid, 0, "exited", (message[2],)))
+        else:  # failed
+            batch.append((wid, 0, "fork_failed", (message[2],)))
+
+    def _drop(self, wid: int) -> None:
+        conn = self.conns.pop(wid, None)
+        if conn is not None:
+            try:
+                self.selector.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            conn.close()
+
+    # -- the main thread: workers -> relay ----------------------------------------------------
+    def run(self, wids: list[int]) -> None:
+        for wid in wids:
+            self._fork(wid)
+        threading.Thread(target=self._answers, name="fiberlite-host-answers", daemon=True).start()
+        try:
+            while not self.done:
+                batch: list = []
+                for key, _ in self.selector.select():
+                    if key.data is None:
+                        self._drain_wake()
+                    elif key.data == "template":
+                        self._from_template(batch)
+                    else:
+                        self._from_worker(key.data, key.fileobj, batch)
+                if batch:
+                    self.relay.cast("post", self.hid, batch)
+        finally:
+            self.control.close()  # the template kills the workers still alive and ends
+            self.template.wait()
+
+    def _from_worker(self, wid: int, conn: Connection, batch: list) -> None:
+        try:
+            while True:
+                seq, method, args = conn.recv()
+                batch.append((wid, seq, method, args))
+                if not conn.poll():
+                    return
+        except (EOFError, OSError):
+            self._drop(wid)  # it ended: the template reports how
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    # -- the answer thread: relay -> workers ------------------------------------------------------
+    def _answers(self) -> None:
+        try:
+            while not self.done:
+                items = self.relay.call("poll", self.hid)
+                if items is None:
+                    break
+                for item in items:
+                    self._apply(item)
+                if self.places == 0:
+                    break
+        except Exception:
+            pass  # the master is gone: end with it
+        self.done = True
+        self._wake()
+
+    def _apply(self, item: tuple) -> None:
+        kind = item[0]
+        if kind == "reply":
+            _, wid, seq, ok, value = item
+            conn = self.conns.get(wid)
+            if conn is not None:
+                try:
+                    conn.send((seq, ok, value))
+                except OSError:
+                    pass  # it just ended
+        elif kind == "start":
+            self.places -= 1
+            self._fork(item[1])
+        else:  # retire a place
+            self.places -= 1

@@ -1,0 +1,231 @@
+"""Pools whose workers are forked inside host jobs: the guarantees hold per worker and per host."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import cloudpickle
+import psutil
+import pytest
+
+import fiberlite
+from fiberlite.pool import BrokenPoolError, Pool, WorkerLostError
+
+pytestmark = pytest.mark.timeout(120)
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+_initialized = None
+
+
+@pytest.fixture(autouse=True)
+def three_workers_per_host():
+    fiberlite.init(workers_per_job=3)
+    yield
+    fiberlite.init(workers_per_job=None)
+
+
+def whoami(x):
+    time.sleep(0.01)
+    return x, os.getpid(), fiberlite.current_process().name
+
+
+def nap(x):
+    time.sleep(0.002)
+    return x * x
+
+
+def sigkill_on(x, bad=5):
+    if x == bad:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def remember(value):
+    global _initialized
+    _initialized = value
+
+
+def initialized(_):
+    return _initialized
+
+
+def init_raises():
+    raise RuntimeError("the initializer cannot reach the database")
+
+
+def test_workers_are_forked_in_hosts_and_run_tasks():
+    with Pool(6) as pool:
+        assert pool._core.per_job == 3 and len(pool._core.procs) == 2
+        results = pool.map(whoami, range(60), 1)
+        assert [r[0] for r in results] == list(range(60))
+        pids = {p.pid for p in pool._pool}
+        assert len(pids) == 6 and {r[1] for r in results} <= pids
+        assert all(r[2].startswith("PoolWorker-") for r in results)
+        hosts = {p.pid for p in pool._core.procs.values()}
+        for pid in pids:  # worker <- fork template <- host job
+            assert psutil.Process(pid).parent().parent().pid in hosts
+    pool.join()
+
+
+def test_initializer_runs_in_every_hosted_worker():
+    with Pool(4, initializer=remember, initargs=("ready",)) as pool:
+        assert set(pool.map(initialized, range(40), 1)) == {"ready"}
+
+
+def test_initializer_that_raises_breaks_the_pool_clearly():
+    with Pool(3, initializer=init_raises) as pool:
+        with pytest.raises(BrokenPoolError, match="cannot reach the database"):
+            pool.map(nap, range(10))
+
+
+def test_maxtasksperchild_replaces_hosted_workers():
+    with Pool(3, maxtasksperchild=2) as pool:
+        results = pool.map(whoami, range(30), 1)
+        assert [r[0] for r in results] == list(range(30))
+        assert len({r[1] for r in results}) >= 15  # each worker ran at most 2 tasks
+        assert len(pool._core.procs) == 1  # replaced inside their host
+
+
+def test_poison_task_fails_after_bounded_tries_in_hosts():
+    with Pool(3) as pool:
+        results = [pool.apply_async(sigkill_on, (i,)) for i in range(8)]
+        for i, result in enumerate(results):
+            if i == 5:
+                with pytest.raises(WorkerLostError, match=r"sigkill_on\(5\)"):
+                    result.get(60)
+            else:
+                assert result.get(60) == i
+
+
+def _kill(pids, rng):
+    victim = rng.choice(sorted(pids))
+    try:
+        os.kill(victim, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return victim
+
+
+def test_killed_hosted_workers_lose_and_duplicate_nothing():
+    """SIGKILL random workers, many times over, while a map runs: every result, once."""
+    rng = random.Random(1)
+    n = 3000
+    with Pool(6) as pool:
+        result = pool.map_async(nap, range(n), 1)
+        killed = []
+        while not result.ready() and len(killed) < 12:
+            time.sleep(rng.uniform(0.02, 0.15))
+            pids = {p.pid for p in pool._pool}
+            if pids:
+                killed.append(_kill(pids, rng))
+        assert result.get(90) == [i * i for i in range(n)]
+        assert killed, "the map ended before any worker was killed"
+        assert max(pool._core.dispatcher.workers) > 6, "no worker was started in a killed one's place"
+
+
+def test_killed_host_loses_and_duplicates_nothing():
+    """SIGKILL a whole host (and with it its workers) mid-map; a new host takes over."""
+    n = 2000
+    with Pool(6) as pool:
+        result = pool.map_async(nap, range(n), 1)
+        first_hosts = {hid: p.pid for hid, p in pool._core.procs.items()}
+        time.sleep(0.3)
+        assert not result.ready(), "the map ended before the host was killed"
+        victim = min(first_hosts)
+        os.kill(first_hosts[victim], signal.SIGKILL)
+        assert result.get(90) == [i * i for i in range(n)]
+        assert max(pool._core.procs) > max(first_hosts), "no host replaced the killed one"
+
+
+def test_close_and_join_end_hosts_templates_and_workers():
+    pool = Pool(6)
+    assert pool.map(nap, range(20)) == [i * i for i in range(20)]
+    processes = [psutil.Process(p.pid) for p in pool._pool]
+    processes += [psutil.Process(p.pid) for p in pool._core.procs.values()]
+    processes += [child for p in pool._core.procs.values()
+                  for child in psutil.Process(p.pid).children()]
+    pool.close()
+    pool.join()
+    _gone, alive = psutil.wait_procs(processes, timeout=15)
+    assert not alive, f"left running after join: {alive}"
+
+
+def test_hosts_templates_and_workers_die_with_their_master(tmp_path):
+    script = tmp_path / "master.py"
+    script.write_text(textwrap.dedent("""
+        import os, time
+        import fiberlite
+        def nap(x):
+            time.sleep(60)
+        if __name__ == "__main__":
+            fiberlite.init(workers_per_job=2)
+            pool = fiberlite.Pool(4)
+            pool.map(abs, range(8))
+            pool.map_async(nap, range(4), 1)
+            print(" ".join(str(p.pid) for p in pool._pool), flush=True)
+            time.sleep(60)
+    """))
+    master = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              cwd=str(tmp_path))
+    try:
+        pids = [int(pid) for pid in master.stdout.readline().split()]
+        assert len(pids) == 4
+        everyone = psutil.Process(master.pid).children(recursive=True)
+        assert len(everyone) >= 4 + 2 + 2  # workers, hosts, templates
+        master.kill()
+        master.wait(10)
+        _gone, alive = psutil.wait_procs(everyone, timeout=20)
+        assert not alive, f"outlived their master: {alive}"
+    finally:
+        master.kill()
+        master.wait()
+
+
+def test_hundreds_of_workers_under_a_soft_open_file_limit_of_256(tmp_path):
+    """A laptop's defaults: soft limit 256, a larger hard one. The pool raises the soft one."""
+    script = tmp_path / "many.py"
+    script.write_text(textwrap.dedent("""
+        import os, resource, sys
+        import fiberlite
+        def pid(_):
+            import time
+            time.sleep(0.2)
+            return os.getpid()
+        if __name__ == "__main__":
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))
+            fiberlite.init(workers_per_job=None)
+            with fiberlite.Pool(300) as pool:
+                seen = set()
+                for _ in range(20):
+                    seen.update(pool.map(pid, range(300), 1))
+                    if len(seen) == 300:
+                        break
+                print(len(seen), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=110)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["300", "4096"]
+
+
+def test_a_pool_that_cannot_fit_the_hard_limit_says_how_to_raise_it(tmp_path):
+    script = tmp_path / "toomany.py"
+    script.write_text(textwrap.dedent("""
+        import resource
+        import fiberlite
+        if __name__ == "__main__":
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+            fiberlite.init(workers_per_job=1)
+            fiberlite.Pool(100)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=60)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert "Pool(100) needs about 400 more open files" in last and "ulimit -n" in last, last
