@@ -11,6 +11,8 @@ Sections (``multiprocessing.get_context("spawn").Pool`` is the reference row of 
   descendants (the workers, at any depth) together.
 - ``memory``: unique memory (USS) per worker, and the master's RSS, at 200 workers after
   the warm-up; each sample in a fresh master process.
+- ``simulated``: the master's CPU per task in its relay and dispatcher, driven by 10, 1,000
+  and 10,000 simulated hosted workers (``_simulate.py``), against 10.
 
 One pool is alive at a time: a pool of each kind is started, warmed, measured, and
 terminated and joined, whatever happens; a row that fails is reported as skipped.
@@ -31,24 +33,10 @@ import time
 from typing import Any, Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import (  # noqa: E402
-                     FIBERLITE,
-                     MP,
-                     Report,
-                     Runner,
-                     Section,
-                     fiberlite_runner,
-                     finish,
-                     format_bytes,
-                     format_time,
-                     from_samples,
-                     interleave,
-                     mp_runner,
-                     parser,
-                     progress,
-                     sized,
-                     sleep_task,
-                     )
+import _simulate  # noqa: E402
+from _common import (FIBERLITE, MP, Report, Runner, Section, fiberlite_runner,  # noqa: E402
+                     finish, format_bytes, format_time, from_samples, interleave, mp_runner,
+                     parser, progress, sized, sleep_task)
 
 RUNNERS: dict[str, Callable[[int], Runner]] = {MP: mp_runner, FIBERLITE: fiberlite_runner}
 """The pools compared, the reference first."""
@@ -65,10 +53,12 @@ WORKERS = {
     "map": ([100, 1000], [20, 50]),
     "cpu": ([200, 1000], [20, 50]),
     "memory": ([200], [20]),
+    "simulated": ([10, 1000, 10_000], [10, 1000]),
 }
 TASKS = {
     "map": (50_000, 2_000),
     "cpu": (20_000, 2_000),
+    "simulated": (50_000, 5_000),
 }
 
 
@@ -412,12 +402,31 @@ def bench_memory(report: Report, args: argparse.Namespace) -> None:
                      for name, result in results.items() if not isinstance(result, Failed)])
 
 
+def bench_simulated(report: Report, args: argparse.Namespace) -> None:
+    counts_ = workers_for(args, "simulated")
+    tasks = tasks_for(args, "simulated")
+    rows = {f"{workers} workers": workers for workers in counts_}
+    section = report.section(
+        "simulated", f"master CPU per task with simulated workers, {tasks:,} tasks",
+        unit="task", reference=next(iter(rows)),
+        note=f"hosted workers ({_simulate.WORKERS_PER_HOST} a host) driving the master's relay "
+             "and dispatcher in this process, without sockets (see benchmarks/_simulate.py)")
+    samples: dict[str, list[float]] = {name: [] for name in rows}
+    for turn in range(repeats(args)):
+        for name in (list(rows) if turn % 2 == 0 else list(reversed(rows))):
+            progress(f"simulated: {name}, round {turn + 1}")
+            samples[name].append(_simulate.master_cpu_per_task(rows[name], tasks))
+    for name, values in samples.items():
+        section.add(name, from_samples(values))
+
+
 # -- command line --------------------------------------------------------------------------------
 SECTIONS: dict[str, Callable[[Report, argparse.Namespace], None]] = {
     "start": bench_start,
     "map": bench_map,
     "cpu": bench_cpu,
     "memory": bench_memory,
+    "simulated": bench_simulated,
 }
 """The sections, in the order they run; each adds its tables to the report."""
 

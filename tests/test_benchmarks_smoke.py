@@ -24,7 +24,8 @@ EXPECTED = {
                       "fiberlite Pool, bytes", "mp spawn Pool, bytes", "10 workers", "100 workers"],
     "bench_scale.py": ["mp spawn Pool", "fiberlite Pool", "Pool(4) until every worker", "Pool(8)",
                        "chunksize=1, 8 workers", "default chunksize", "master CPU per task",
-                       "workers' CPU per task", "unique memory (USS) per worker", "master RSS"],
+                       "workers' CPU per task", "unique memory (USS) per worker", "master RSS",
+                       "master CPU per task with simulated workers"],
 }
 
 # smaller sizes than --quick, for the scripts whose quick run is still long; enough tasks
