@@ -35,6 +35,7 @@ from ..runtime.launcher import preparation
 from ..runtime.limits import raise_open_file_limit
 from ..wire.codec import dumps_bytes
 from .template import MAX_MESSAGE
+from .upstream import receive_message, send_message
 
 
 def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
@@ -139,7 +140,7 @@ class Host:
     def _from_worker(self, wid: int, conn: Connection, batch: list) -> None:
         try:
             while True:
-                seq, method, args = conn.recv()
+                seq, method, args = receive_message(conn)
                 batch.append((wid, seq, method, args))
                 if not conn.poll():
                     return
@@ -163,28 +164,37 @@ class Host:
     def _answers(self) -> None:
         try:
             while not self.done:
-                items = self.relay.call("poll", self.hid)
+                try:
+                    items = self.relay.call("poll", self.hid)
+                except Exception:
+                    break  # the master is gone: end with it
                 if items is None:
                     break
                 for item in items:
                     self._apply(item)
                 if self.places == 0:
                     break
-        except Exception:
-            pass  # the master is gone: end with it
-        self.done = True
-        self._wake()
+        except OSError as exc:  # the template is gone: this host cannot go on
+            sys.stderr.write(f"fiberlite pool host: {exc}\n")
+        finally:
+            self.done = True
+            self._wake()
 
     def _apply(self, item: tuple) -> None:
         kind = item[0]
         if kind == "reply":
             _, wid, seq, ok, value = item
             conn = self.conns.get(wid)
-            if conn is not None:
-                try:
-                    conn.send((seq, ok, value))
-                except OSError:
-                    pass  # it just ended
+            if conn is None:
+                return
+            try:
+                send_message(conn, (seq, ok, value))
+            except OSError:
+                pass  # it just ended
+            except Exception as exc:  # never leave a worker waiting: it ends, its work goes on
+                sys.stderr.write(f"fiberlite pool host: cannot hand worker {wid} its answer: "
+                                 f"{exc!r}\n")
+                conn.close()
         elif kind == "start":
             self.places -= 1
             self._fork(item[1])

@@ -8,10 +8,22 @@ error), ``cast`` sends without an answer, ``call`` is ``finish(begin(...))``.
 from __future__ import annotations
 
 import itertools
+import pickle
 import threading
 from typing import Any
 
 from ..errors import ConnectionLost
+from ..wire.codec import PROTOCOL
+
+
+def send_message(conn: Any, message: Any) -> None:
+    """One message between a host and its worker. Pickle protocol 5: payloads of large
+    arrays and bytes (pickle buffers) travel in band."""
+    conn.send_bytes(pickle.dumps(message, PROTOCOL))
+
+
+def receive_message(conn: Any) -> Any:
+    return pickle.loads(conn.recv_bytes())
 
 
 class HubUpstream:
@@ -67,7 +79,7 @@ class HostUpstream:
     def _send(self, message: tuple) -> None:
         try:
             with self._send_lock:
-                self.conn.send(message)
+                send_message(self.conn, message)
         except (OSError, EOFError) as exc:
             self.lost.set()
             raise ConnectionLost(f"the pool's host is gone: {exc}") from None
@@ -92,7 +104,7 @@ class HostUpstream:
                 self._reading = True
                 cond.release()
                 try:
-                    answer = self.conn.recv()
+                    answer = receive_message(self.conn)
                 except (OSError, EOFError) as exc:
                     answer = None
                     self._lost = exc or EOFError("end of stream")

@@ -73,6 +73,19 @@ def test_workers_are_forked_in_hosts_and_run_tasks():
     pool.join()
 
 
+def double(array):
+    return array * 2
+
+
+def test_large_arrays_and_bytes_travel_through_hosts():
+    import numpy as np
+    arrays = [np.arange(200_000, dtype=np.float64) + i for i in range(6)]
+    with Pool(3) as pool:
+        for got, sent in zip(pool.map(double, arrays, 1), arrays):
+            assert (got == sent * 2).all()
+        assert pool.apply(bytes, (3_000_000,)) == bytes(3_000_000)
+
+
 def test_initializer_runs_in_every_hosted_worker():
     with Pool(4, initializer=remember, initargs=("ready",)) as pool:
         assert set(pool.map(initialized, range(40), 1)) == {"ready"}
