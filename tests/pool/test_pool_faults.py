@@ -192,17 +192,20 @@ def _running(pid):
         return False
 
 
-def test_workers_die_with_their_master(tmp_path):
-    """SIGKILL the process that owns the pool: its workers exit on their own."""
+@pytest.mark.parametrize("per_job", [1, 2], ids=["worker-jobs", "hosted-workers"])
+def test_workers_die_with_their_master(tmp_path, per_job):
+    """SIGKILL the process that owns the pool: its workers (and their hosts and fork
+    templates) exit on their own."""
     script = tmp_path / "master.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(textwrap.dedent(f"""
         import os, sys, time
         import fiberlite
         def nap(x):
             time.sleep(60)
         if __name__ == "__main__":
-            pool = fiberlite.Pool(2)
-            pool.map(abs, range(4))  # workers are up
+            fiberlite.init(workers_per_job={per_job})
+            pool = fiberlite.Pool(4)
+            pool.map(abs, range(8))  # workers are up
             pool.map_async(nap, range(4), 1)
             print(" ".join(str(p.pid) for p in pool._pool), flush=True)
             time.sleep(60)
@@ -211,12 +214,14 @@ def test_workers_die_with_their_master(tmp_path):
                               cwd=str(tmp_path))
     try:
         pids = [int(pid) for pid in master.stdout.readline().split()]
-        assert len(pids) == 2
-        workers = [psutil.Process(pid) for pid in pids]
+        assert len(pids) == 4
+        everyone = psutil.Process(master.pid).children(recursive=True)
+        assert {p.pid for p in everyone} >= set(pids)
+        assert len(everyone) >= (4 if per_job == 1 else 4 + 2 + 2)  # + hosts and templates
         master.kill()
         master.wait(10)
-        _gone, alive = psutil.wait_procs(workers, timeout=15)
-        assert not alive, f"workers outlived their master: {alive}"
+        _gone, alive = psutil.wait_procs(everyone, timeout=20)
+        assert not alive, f"outlived their master: {alive}"
     finally:
         master.kill()
         master.wait()

@@ -169,37 +169,6 @@ def test_close_and_join_end_hosts_templates_and_workers():
     assert not alive, f"left running after join: {alive}"
 
 
-def test_hosts_templates_and_workers_die_with_their_master(tmp_path):
-    script = tmp_path / "master.py"
-    script.write_text(textwrap.dedent("""
-        import os, time
-        import fiberlite
-        def nap(x):
-            time.sleep(60)
-        if __name__ == "__main__":
-            fiberlite.init(workers_per_job=2)
-            pool = fiberlite.Pool(4)
-            pool.map(abs, range(8))
-            pool.map_async(nap, range(4), 1)
-            print(" ".join(str(p.pid) for p in pool._pool), flush=True)
-            time.sleep(60)
-    """))
-    master = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                              cwd=str(tmp_path))
-    try:
-        pids = [int(pid) for pid in master.stdout.readline().split()]
-        assert len(pids) == 4
-        everyone = psutil.Process(master.pid).children(recursive=True)
-        assert len(everyone) >= 4 + 2 + 2  # workers, hosts, templates
-        master.kill()
-        master.wait(10)
-        _gone, alive = psutil.wait_procs(everyone, timeout=20)
-        assert not alive, f"outlived their master: {alive}"
-    finally:
-        master.kill()
-        master.wait()
-
-
 def test_hundreds_of_workers_under_a_soft_open_file_limit_of_256(tmp_path):
     """A laptop's defaults: soft limit 256, a larger hard one. The pool raises the soft one."""
     script = tmp_path / "many.py"
