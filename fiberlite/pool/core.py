@@ -24,10 +24,10 @@ from ..errors import BrokenPoolError, ProcessError
 from ..runtime.hub import get_hub
 from ..runtime.limits import check_room
 from .chunks import pack_items, unpack, unpack_failure
+from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .host import host_main
 from .packing import DESCRIPTORS_PER_JOB, HostedWorker, workers_per_job
 from .relay import HostRelay
-from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .results import IMapIterator
 from .upstream import HubUpstream
 from .worker import worker_main
