@@ -33,7 +33,6 @@ import time
 from typing import Any, Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _simulate  # noqa: E402
 from _common import (FIBERLITE, MP, Report, Runner, Section, fiberlite_runner,  # noqa: E402
                      finish, format_bytes, format_time, from_samples, interleave, mp_runner,
                      parser, progress, sized, sleep_task)
@@ -403,6 +402,7 @@ def bench_memory(report: Report, args: argparse.Namespace) -> None:
 
 
 def bench_simulated(report: Report, args: argparse.Namespace) -> None:
+    import _simulate  # imports fiberlite: not at the top, where mp's spawned workers import it too
     counts_ = workers_for(args, "simulated")
     tasks = tasks_for(args, "simulated")
     rows = {f"{workers} workers": workers for workers in counts_}
