@@ -27,7 +27,7 @@ class BaseProxy:
     _exposed_: tuple[str, ...] | None = None
     _method_to_typeid_: dict[str, str] | None = None
 
-    def __init__(self, token: Token, serializer: Any = None, manager: "BaseManager | None" = None,
+    def __init__(self, token: Token, serializer: Any = None, manager: Any = None,
                  authkey: bytes | None = None, exposed: Sequence[str] | None = None,
                  incref: bool = True, manager_owned: bool = False) -> None:
         self._token = token
@@ -121,7 +121,7 @@ def MakeProxyType(name: str, exposed: Sequence[str], _cache: dict | None = None)
     return cls
 
 
-def AutoProxy(token: Token, serializer: Any = None, manager: "BaseManager | None" = None,
+def AutoProxy(token: Token, serializer: Any = None, manager: Any = None,
               authkey: bytes | None = None, exposed: Sequence[str] | None = None,
               incref: bool = True, manager_owned: bool = False) -> BaseProxy:
     """A proxy forwarding every method the shared object exposes."""

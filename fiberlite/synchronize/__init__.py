@@ -25,7 +25,7 @@ Differences from ``multiprocessing``, on purpose:
   and ``RuntimeError`` (as ``threading``).
 
 The primitives users hold are in :mod:`.primitives`, the servants that keep their state
-in the hub in :mod:`.servants`.
+in the hub in :mod:`.servants` (the lock's in :mod:`.lock_servant`).
 """
 from threading import BrokenBarrierError
 

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from ..runtime import handles
 from ..runtime.hub import LOCAL_PEER, ObjectRef, current_hub
-from .servants import BarrierServant, EventServant, LockServant, SemaphoreServant
+from .lock_servant import LockServant
+from .servants import BarrierServant, EventServant, SemaphoreServant
 
 __all__ = ["Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore", "Event", "Barrier"]
 
