@@ -284,8 +284,8 @@ class _StubProcess:
         self.exitcode: int | None = None
 
     def start(self) -> None:
-        ref, wid = self._args[0], self._args[1]
-        self._ctx.started.append((ref, wid))
+        upstream, wid = self._args[0], self._args[1]  # how a worker job reaches its master
+        self._ctx.started.append((upstream.ref, wid))
 
     def terminate(self) -> None:
         self.exitcode = -15
@@ -370,7 +370,11 @@ def measure_dispatch(n: int, tasks: int, repeats: int, helpers: int) -> tuple[St
     import fiberlite
     from fiberlite.pool import Pool
     ctx = _StubContext()
-    pool = Pool(n, context=ctx)
+    fiberlite.init(workers_per_job=1)  # each simulated worker speaks to the master itself
+    try:
+        pool = Pool(n, context=ctx)
+    finally:
+        fiberlite.init(workers_per_job=None)
     jobs = []
     try:
         ref = ctx.started[0][0]
