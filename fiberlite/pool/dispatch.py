@@ -163,6 +163,12 @@ class Dispatcher(LockedServant):
         with self._lock:
             self.workers.pop(wid, None)
 
+    def ever_ready(self, wid: int) -> bool:
+        """Whether worker ``wid`` asked for work once (False once it is forgotten)."""
+        with self._lock:
+            worker = self.workers.get(wid)
+            return worker is not None and worker.ready
+
     def worker_exited(self, wid: int, exitcode: int | None) -> None:
         """The job of worker ``wid`` ended (reported by the pool's supervisor)."""
         out = _Out()

@@ -107,7 +107,12 @@ class HostRelay(Servant):
             wids, host.workers = list(host.workers), {}
             parked, host.parked = host.parked, None
             self._started.notify_all()
+        counted = False  # a host whose workers never asked for work is one failed start
         for wid in wids:
+            if counted and not self.dispatcher.ever_ready(wid):
+                self.dispatcher.remove_worker(wid)  # it held nothing
+                continue
+            counted = counted or not self.dispatcher.ever_ready(wid)
             self.dispatcher.worker_exited(wid, exitcode)
         if parked is not None:
             parked.reply(None)

@@ -275,24 +275,6 @@ def test_pool_packs_workers_into_pods_and_survives_a_lost_one(kube):
             pod_name(process) for process in pool._core.procs.values()}
 
 
-def test_pods_that_stay_pending_do_not_hold_up_a_map(kube):
-    """One pod of three workers runs; every other pod of the pool cannot be scheduled."""
-    fiberlite.init(cpu=3)
-    first: list[str] = []
-
-    def after_the_first(pod):
-        name = pod["metadata"]["name"]
-        if not first:
-            first.append(name)
-        return name != first[0]
-    kube.server.unschedulable("0/1 nodes are available: 1 Insufficient cpu.", when=after_the_first)
-    started = time.monotonic()
-    with kube.ctx.Pool(9) as pool:
-        assert pool.map(slow_square, range(30)) == [x * x for x in range(30)]
-        assert time.monotonic() - started < 30
-    kube.server.unschedulable(None)
-
-
 def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
     from fiberlite.pool.results import BrokenPoolError
     fiberlite.init(image="registry.invalid/missing:1")

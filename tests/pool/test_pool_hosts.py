@@ -211,3 +211,21 @@ def test_a_pool_that_cannot_fit_the_hard_limit_says_how_to_raise_it(tmp_path):
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert "Pool(100) needs about 400 more open files" in last and "ulimit -n" in last, last
+
+
+def test_a_host_whose_workers_never_started_counts_as_one_failed_start():
+    from fiberlite.pool.dispatch import BROKEN, RUN, Dispatcher
+    from fiberlite.pool.relay import HostRelay
+    dispatcher = Dispatcher(lambda values, entries: None)
+    relay = HostRelay(dispatcher, lambda hid: None, lambda: None)
+    for hid in (1, 2, 3):
+        wids = [hid * 10 + i for i in range(3)]
+        for wid in wids:
+            dispatcher.add_worker(wid)
+        relay.add_host(hid, wids)
+    relay.host_gone(1, 1)
+    relay.host_gone(2, 1)
+    assert (dispatcher.start_failures, dispatcher.state) == (2, RUN)
+    assert relay.workers() == 3 and sorted(dispatcher.workers) == [30, 31, 32]
+    relay.host_gone(3, 1)
+    assert dispatcher.state == BROKEN and "3 in a row" in str(dispatcher.broken_error)
