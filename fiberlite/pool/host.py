@@ -46,6 +46,8 @@ def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs:
 
 
 class Host:
+    """One host job: its fork template, the sockets of its workers, and its two threads."""
+
     def __init__(self, relay: Any, hid: int, initializer: Any, initargs: tuple,
                  maxtasks: int | None) -> None:
         self.relay = relay
@@ -118,9 +120,8 @@ class Host:
 
     # -- the main thread: workers -> relay ----------------------------------------------------
     def run(self, wids: list[int]) -> None:
-        for wid in wids:
-            self._fork(wid)
-        threading.Thread(target=self._answers, name="fiberlite-host-answers", daemon=True).start()
+        threading.Thread(target=self._answers, args=(wids,), name="fiberlite-host-answers",
+                         daemon=True).start()
         try:
             while not self.done:
                 batch: list = []
@@ -161,8 +162,12 @@ class Host:
             pass
 
     # -- the answer thread: relay -> workers ------------------------------------------------------
-    def _answers(self) -> None:
+    def _answers(self, wids: list[int]) -> None:
+        """Only this thread writes to the template, and the main thread always reads what
+        the template writes: a full socket either way never blocks both ends at once."""
         try:
+            for wid in wids:
+                self._fork(wid)
             while not self.done:
                 try:
                     items = self.relay.call("poll", self.hid)

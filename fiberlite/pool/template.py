@@ -96,8 +96,10 @@ def _reap(control: socket.socket, children: dict[int, int]) -> None:
 def _tell(control: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
     try:
         socket.send_fds(control, [pickle.dumps(message)], fds or [])
-    except OSError:
+    except (BrokenPipeError, ConnectionResetError):
         pass  # the host is gone; the loop sees it next
+    except OSError as exc:  # the host would wait for this message forever: say so
+        sys.stderr.write(f"fiberlite fork template: cannot tell the host {message!r}: {exc}\n")
 
 
 def _fork(control: socket.socket, wid: int, children: dict[int, int],
