@@ -12,6 +12,7 @@ import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ConnectionLost
+from ..synchronize.primitives import wait_until
 from ..wire.codec import Payload
 from .calls import Token, _caller, _dead, _pending, _queue_decref, _raise_remote, _server_call
 
@@ -182,18 +183,7 @@ class ConditionProxy(AcquirerProxy):
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
         """Wait until ``predicate()`` is true (evaluated here, after each wake-up)."""
-        import time
-        deadline = None if timeout is None else time.monotonic() + timeout
-        result = predicate()
-        while not result:
-            remaining = None
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-            self.wait(remaining)
-            result = predicate()
-        return result
+        return wait_until(self.wait, predicate, timeout)
 
 
 class EventProxy(BaseProxy):

@@ -143,6 +143,23 @@ class RLock(_LockBase):
         return f"<RLock({self._owner_name(relation)}, {count})>"
 
 
+def wait_until(wait: Callable[[float | None], Any], predicate: Callable[[], Any],
+               timeout: float | None) -> Any:
+    """``Condition.wait_for`` over any ``wait(timeout)``: wait until ``predicate()`` is true
+    (evaluated after each wake-up) or ``timeout`` passes; return its last value."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    result = predicate()
+    while not result:
+        remaining = None
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+        wait(remaining)
+        result = predicate()
+    return result
+
+
 class Condition:
     """A condition variable (``multiprocessing.Condition``) on a fiberlite Lock or RLock."""
 
@@ -182,18 +199,7 @@ class Condition:
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
         """Wait until ``predicate()`` is true (or ``timeout``); return its last value."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        result = predicate()
-        while not result:
-            if deadline is None:
-                self.wait()
-            else:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self.wait(remaining)
-            result = predicate()
-        return result
+        return wait_until(self.wait, predicate, timeout)
 
     def notify(self, n: int = 1) -> None:
         """Wake up to ``n`` waiters; the caller must hold the lock."""
