@@ -22,6 +22,9 @@ EXPECTED = {
     "bench_pool.py": ["fiberlite Pool", "mp spawn Pool", "sleep(10 ms)", "sleep(1 ms)", "ideal",
                       "fiberlite Pool, 1 ms tasks", "chunksize=1", "default chunksize", "pynng Pair0",
                       "fiberlite Pool, bytes", "mp spawn Pool, bytes", "10 workers", "100 workers"],
+    "bench_kubernetes.py": ["16 at a time", "one at a time", "until every pod is created",
+                            "until the first result", "until every worker has run a task",
+                            "pods/s"],
     "bench_scale.py": ["mp spawn Pool", "fiberlite Pool", "Pool(4) until every worker", "Pool(8)",
                        "chunksize=1, 8 workers", "default chunksize", "master CPU per task",
                        "workers' CPU per task", "unique memory (USS) per worker", "master RSS",
@@ -31,6 +34,7 @@ EXPECTED = {
 # smaller sizes than --quick, for the scripts whose quick run is still long; enough tasks
 # that CPU times, read in clock ticks of 10 ms, are not zero
 OPTIONS = {
+    "bench_kubernetes.py": ["--workers", "4", "--pods", "2"],
     "bench_scale.py": ["--workers", "4,8", "--tasks", "200", "--cpu-tasks", "1000"],
 }
 
