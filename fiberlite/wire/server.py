@@ -75,6 +75,8 @@ class Server:
         self._one_way_errors: dict[int, BaseException] = {}
         self._closed = False
         self._contexts: list[pynng.Context] = []
+        # no context is made once close() has begun: nng's close would wait for it forever
+        self._contexts_lock = threading.Lock()
         scheme = tls.SCHEME if use_tls else tls.PLAIN
         options = {"tls_config": tls.config(key, server=True)} if use_tls else {}
         self._sock = pynng.Rep0(recv_max_size=0, **options)
@@ -90,20 +92,25 @@ class Server:
     # -- receiving ---------------------------------------------------------------
     def _serve(self) -> None:
         sock = self._sock
-        while True:
+        while not self._closed:
             try:
                 ctx = self._idle.pop()
             except IndexError:
-                try:
-                    ctx = Io(sock)
-                except pynng.Closed:
-                    return
-                self._contexts.append(ctx)
+                with self._contexts_lock:
+                    if self._closed:
+                        return
+                    try:
+                        ctx = Io(sock)
+                    except pynng.Closed:
+                        return
+                    self._contexts.append(ctx)
             try:
                 frame, peer, pipe = ctx.recv_frame()
             except pynng.Closed:
                 return
-            except Exception:  # pragma: no cover - nng internal error, keep serving
+            except Exception:  # a context closed under us, or an nng internal error
+                if self._closed:
+                    return
                 log.exception("receive failed")
                 continue
             if peer in self._authenticated:
@@ -194,9 +201,10 @@ class Server:
         self._idle.appendleft(ctx)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._contexts_lock:
+            if self._closed:
+                return
+            self._closed = True
         close_socket(self._sock, self._contexts)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
