@@ -172,3 +172,8 @@ def use_after_go(go, q, out) -> None:
     go.recv()
     q.put("through q")
     out.put(q.get())
+
+
+def report_machine_id(q) -> None:
+    from fiberlite.runtime.machine import machine_id
+    q.put(machine_id())

@@ -9,11 +9,11 @@ rendezvous.
 """
 from __future__ import annotations
 
-import socket
 from typing import Any, Callable
 
 from ..meta import ATTRIBUTE as META_ATTRIBUTE
 from ..runtime.hub import ObjectRef, flush, get_hub
+from ..runtime.machine import machine_id
 from ..wire.codec import Payload
 from ..wire.tls import host_port, is_tls
 from .errors import describe_failure
@@ -52,7 +52,7 @@ class _MemberMain:
             ref = hub.register(inbox)
             if self.world_size > 1 and not is_tls(hub.address):  # listens where the hub does
                 link = NeighbourLink(host_port(hub.address)[0])
-            table = self.rendezvous.call("join", self.rank, ref, socket.gethostname(),
+            table = self.rendezvous.call("join", self.rank, ref, machine_id(),
                                          link.address if link is not None else None)
             member = Member(self.rank, self.world_size, table, inbox, self.rendezvous, self.timeout, link)
             member._connect_partners()

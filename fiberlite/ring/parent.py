@@ -60,10 +60,10 @@ class Rendezvous(Servant):
         request.fail(RingError(str(error), error.rank, error.exitcode))
         return None
 
-    def op_join(self, request: Any, rank: int, ref: ObjectRef, hostname: str,
+    def op_join(self, request: Any, rank: int, ref: ObjectRef, machine: str,
                 link: str | None = None) -> None:
         with self._lock:
-            self._joined[rank] = (ref, hostname, link)
+            self._joined[rank] = (ref, machine, link)  # (machine: runtime.machine.machine_id)
             self._rank_of_peer[request.peer] = rank
         everyone = self._gather("join", request, rank)
         if everyone:
