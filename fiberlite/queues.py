@@ -62,6 +62,7 @@ class QueueServant(LinkingServant):
 
     def op_put(self, request, payload: Payload, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
+            self._used(PUT, request.peer)
             # another producer than the job linked to PUT (it puts over its link): unlink
             actions = self._unlink(PUT) if PUT in self.links else []
             sent = self._forward(GET, payload)
@@ -75,6 +76,7 @@ class QueueServant(LinkingServant):
 
     def op_get(self, request, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
+            self._used(GET, request.peer)
             actions = self._unlink(GET)  # another getter: the linked job hands back first
             if request.peer != LOCAL_PEER:
                 actions += self._unlink(PUT)

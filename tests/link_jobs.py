@@ -149,3 +149,34 @@ def work_and_mark_done(q, count: int) -> None:
     for _ in range(count):
         q.get(timeout=60)
         q.task_done()
+
+
+# -- readers killed mid-stream -------------------------------------------------------------
+def relay_queue(q, results, tag, pause: float, joinable: bool = False) -> None:
+    """Move items from ``q`` to ``results`` as ``(tag, item)`` until None, pausing a random
+    moment after each."""
+    import random
+    import time
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        results.put((tag, item))
+        if joinable:
+            q.task_done()
+        time.sleep(random.uniform(0, pause))
+
+
+def relay_pipe(conn, results, tag, pause: float) -> None:
+    """Move messages from the pipe end ``conn`` to ``results`` as ``(tag, item)``."""
+    import random
+    import time
+    for item in iter(conn.recv, None):
+        results.put((tag, item))
+        time.sleep(random.uniform(0, pause))
+
+
+def report_links_while_getting(q, out) -> None:
+    """Get items until None, reporting each with whether this job then had a link."""
+    for item in iter(q.get, None):
+        out.put((item, queue_link_slots(q) == ["get"]))

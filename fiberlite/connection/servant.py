@@ -41,6 +41,7 @@ class PipeServant(LinkingServant):
     def op_send(self, request, end: int, payload: Payload) -> None:
         target = 1 - end
         with self._lock:
+            self._used(end, request.peer)
             # another writer than the job linked to `end` (it sends over its link): unlink
             actions = self._unlink(end) if end in self.links else []
             sent = None if self.inbox[target].readers_gone else self._forward(target, payload)
@@ -116,8 +117,10 @@ class PipeServant(LinkingServant):
         """``request`` reads ``end`` through the pipe: a job linked to ``end`` hands back
         what it has not read; a link carrying what is sent to ``end`` is read here no more
         unless this process reads. The lock is held."""
+        self._used(end, request.peer)
         actions = self._unlink(end)
         if request.peer != LOCAL_PEER:
+            self._used(1 - end, request.peer)
             actions += self._unlink(1 - end)
         return actions
 

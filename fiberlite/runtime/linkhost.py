@@ -9,12 +9,16 @@ job that only gets (forward) and one for a job that only puts (return).
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Hashable
 
 from . import pipelink, identity
 from .channel import Channel
 from .hub import LOCAL_PEER, LockedServant, ObjectRef
 from ..wire.codec import Payload
+
+
+RELINK_QUIET = 1.0  # seconds without another user before a slot is linked (again)
 
 
 class LinkingServant(LockedServant):
@@ -24,7 +28,10 @@ class LinkingServant(LockedServant):
     def __init__(self) -> None:
         super().__init__()
         self.links: dict[Hashable, pipelink.Forwarder] = {}
-        self.never_link: set = set()  # slots whose link ended are not linked again
+        self.never_link: set = set()  # slots that cannot be linked (a bounded queue's, ...)
+        # slot -> {peer: when it last used the slot through this servant}: a slot is linked
+        # again once no other process has used it for RELINK_QUIET seconds
+        self.last_use: dict[Hashable, dict[int, float]] = {}
 
     # -- for subclasses --------------------------------------------------------------------
     def _forward_channel(self, slot: Hashable) -> Channel | None:
@@ -39,6 +46,21 @@ class LinkingServant(LockedServant):
         """Whether ``slot`` may be linked to the job ``peer`` now (the lock is held)."""
         raise NotImplementedError
 
+    def _used(self, slot: Hashable, peer: int) -> None:
+        """``peer`` used ``slot`` through this servant (the lock is held)."""
+        self.last_use.setdefault(slot, {})[peer] = time.monotonic()
+
+    def _contested(self, slot: Hashable, peer: int) -> bool:
+        """Whether a process other than ``peer`` used ``slot`` lately (the lock is held)."""
+        users = self.last_use.get(slot)
+        if not users:
+            return False
+        recent = time.monotonic() - RELINK_QUIET
+        for user, when in list(users.items()):
+            if when < recent:
+                del users[user]
+        return any(user != peer for user in users)
+
     def _readable(self, channel: Channel) -> list:
         """Actions once ``channel`` may have become readable (to wake watchers)."""
         return []
@@ -50,7 +72,7 @@ class LinkingServant(LockedServant):
         link = self.links.get(slot)
         if link is None or link.state != pipelink.LINKED:
             return None
-        if link.forward(pipelink.item_frame(payload)):
+        if link.forward(pipelink.item_frame(payload), payload):
             self._forward_channel(slot).enqueued += 1  # type: ignore[union-attr]
             return True
         return False
@@ -72,7 +94,8 @@ class LinkingServant(LockedServant):
         the reply says whether."""
         with self._lock:
             agreed = (request.peer != LOCAL_PEER and slot not in self.links
-                      and slot not in self.never_link and self._may_link(slot, request.peer))
+                      and slot not in self.never_link and not self._contested(slot, request.peer)
+                      and self._may_link(slot, request.peer))
             if agreed:
                 forwarder = pipelink.Forwarder(request.peer, mailbox, token)
                 self.links[slot] = forwarder
@@ -101,7 +124,7 @@ class LinkingServant(LockedServant):
                 actions += [lambda r=request: r.reply(pipelink.RETRY) for request in retry]
             ahead = self._forward_channel(slot)
             if ahead is not None:
-                while ahead.items and forwarder.forward(pipelink.item_frame(ahead.items[0])):
+                while ahead.items and forwarder.forward(pipelink.item_frame(ahead.items[0]), ahead.items[0]):
                     ahead.items.popleft()
                 if ahead.items:  # full already (a reader that stopped reading)
                     actions += self._unlink(slot)
@@ -120,8 +143,7 @@ class LinkingServant(LockedServant):
         return []
 
     def _drop(self, slot: Hashable) -> None:
-        del self.links[slot]
-        self.never_link.add(slot)
+        del self.links[slot]  # (linked again when a job asks and nobody competes)
 
     # -- ending a link ---------------------------------------------------------------------
     def _unlink(self, slot: Hashable) -> list:
@@ -167,15 +189,20 @@ class LinkingServant(LockedServant):
         request.reply()
 
     def _link_lost(self, slot: Hashable, link: pipelink.Forwarder) -> None:
-        """The job's connection ended: what it was sent and did not read is gone; what it
-        sent and had arrived is read."""
-        self._take_link(slot, link, [], until_end=False)
+        """The job's connection ended: what it was sent and did not consume goes back to
+        the front of the slot's channel; what it sent and had arrived is read."""
+        self._take_link(slot, link, None, until_end=False)
 
-    def _take_link(self, slot: Hashable, link: pipelink.Forwarder, unread: list, until_end: bool) -> None:
+    def _take_link(self, slot: Hashable, link: pipelink.Forwarder, unread: list | None,
+                   until_end: bool) -> None:
+        """End the link of ``slot``: ``unread`` (what the reader handed back; None: what
+        it has not acknowledged) is read first, what it sent is taken from the link."""
         with link.take_lock:  # one taker; a second one finds it done
             if link.taken:
                 return
             sent = link.take_sent(until_end)  # waits for the frames still on their way
+            if unread is None:  # (its acknowledgements are all in: the link is drained)
+                unread = list(link.unacked)
             with self._lock:
                 if self.links.get(slot) is not link:
                     return
@@ -188,6 +215,10 @@ class LinkingServant(LockedServant):
                 if back is not None:
                     actions += back.extend(sent) + self._readable(back)
         self.run_actions(actions + [link.close])
+
+    def op_ping(self, request) -> None:
+        """Answer a linked job that lost its link and asks whether this process is still here."""
+        request.reply()
 
     def links_of(self, peer: int) -> list:
         """``(slot, link)`` of the links of the job ``peer``."""

@@ -14,9 +14,12 @@ end or gets from the queue, the job closes the end or waits on it, the job leave
 much unread that the link is full, or the job ends. The owner then stops forwarding
 and asks the job to hand back what it received and did not consume, after a last
 :data:`END` frame behind what the job sent; until that is back the slot's other
-readers wait, so nothing is lost or read twice. If the job dies, what it was sent and
-had not read dies with it (as in any process that dies holding received data); if the
-owner dies, the job reads what had arrived and then fails as it would through the hub.
+readers wait, so nothing is lost or read twice. The job acknowledges each item as it
+consumes it (an :data:`ACK_FRAME` sent before its read returns), and the owner keeps a
+copy of every forwarded item until then: if the job dies, or its link breaks, what it
+was sent and had not consumed goes back to the front of the pipe or queue, for the next
+reader. If the owner dies, the job reads what had arrived and then fails as it would
+through the hub.
 
 This module holds the job's side (:class:`LinkedReader`) and the owner's half of each
 link (:class:`Forwarder`); :mod:`fiberlite.runtime.linkhost` holds the owner's servant side.
@@ -27,7 +30,7 @@ import collections
 import itertools
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pynng
 from pynng._nng import lib
@@ -36,7 +39,7 @@ from . import identity
 from .hub import ObjectRef, Servant, get_hub
 from ..wire import codec
 from ..wire.codec import Payload
-from ..wire.link import Link
+from ..wire.link import WRITER_RECEIVE_AHEAD, Link
 from ..wire.tls import host_port
 
 LINK_AFTER = 8  # reads through the hub before a job asks for a link (short-lived pipes never do)
@@ -49,6 +52,12 @@ LOST_WAIT_MS = 5_000  # how long a peer whose hub connection ended may keep its 
 # frames on a link: one kind byte, then the payload's own bytes
 _PICKLED, _RAW, _FRAMED, _EOF, _END = b"\x01", b"\x02", b"\x03", b"\x04", b"\x05"
 READY_FRAME = b"\x06"  # the owner's first frame: the link is in use (not counted as sent)
+ACK_FRAME = b"\x07"  # the reader consumed the oldest item it was sent (not counted as received)
+ACK_DRAIN_AT = 256  # unacknowledged items after which the owner takes in the acks that arrived,
+ACK_DRAIN_EVERY = 64  # every this many items forwarded
+# at most this many items unacknowledged (then the link counts as full): their acks always
+# fit in what the owner's socket takes in (WRITER_RECEIVE_AHEAD), so none waits on the way
+ACK_LIMIT = WRITER_RECEIVE_AHEAD - 64
 EOF_FRAME = _EOF
 END_FRAME = _END  # the reader's last frame: it sends through the hub from now on
 
@@ -106,12 +115,17 @@ class Reading:
     """The receiving half of a link, read by the receiving threads themselves, one at a
     time (:attr:`lock`); what is taken and not yet consumed waits in :attr:`pending`."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, on_ack: Callable[[], None] | None = None,
+                 keep_arrived: Callable[[], bool] | None = None) -> None:
         self.link = link
         self.lock = threading.Lock()
         self.pending: collections.deque = collections.deque()
         self.received = 0  # frames taken from the link
         self.stopped = False  # set (then the lock taken) to end the reading
+        self._on_ack = on_ack  # (the owner's side) called for each ACK_FRAME
+        # once the link is lost: whether what had arrived is still read (asked once)
+        self._keep_arrived = keep_arrived
+        self._arrived_kept: bool | None = None
 
     def next(self, timeout: float | None) -> Any:
         """The next item, left in :attr:`pending`; None after ``timeout`` (None: no limit).
@@ -139,11 +153,14 @@ class Reading:
 
     def _receive(self, timeout: float | None) -> Any:
         """The next item from the link (None after ``timeout``)."""
-        wait_ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
             if self.stopped:
                 raise Unlinked
-            lost = self.link.lost  # the peer has gone: what has arrived is still read
+            lost = self.link.lost  # the peer has gone: what has arrived may still be read
+            if lost and not self._read_arrived():
+                raise Unlinked
+            wait_ms = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
             try:
                 frame = self.link.recv(0 if lost else wait_ms)
             except pynng.Timeout:
@@ -152,8 +169,39 @@ class Reading:
                 return None
             except (pynng.Canceled, pynng.Closed):
                 continue  # woken to look at the state again
-            self.received += 1
-            return read_frame(frame)
+            if not self._acknowledged(frame):
+                self.received += 1
+                return read_frame(frame)
+
+    def _acknowledged(self, frame: Any) -> bool:
+        """Whether ``frame`` is an :data:`ACK_FRAME` (then counted)."""
+        if frame[:1] != ACK_FRAME:
+            return False
+        if self._on_ack is not None:
+            self._on_ack()
+        return True
+
+    def _read_arrived(self) -> bool:
+        if self._arrived_kept is None:
+            self._arrived_kept = self._keep_arrived is None or self._keep_arrived()
+        return self._arrived_kept
+
+    def take_acks(self) -> None:
+        """Count the acknowledgements that have arrived, if no other thread is reading
+        (then it counts them); stops at the first other frame, left for the next read."""
+        if self.pending or not self.lock.acquire(blocking=False):
+            return
+        try:
+            while not self.stopped:
+                frame = self.link.recv_nowait()
+                if frame is None:
+                    return
+                if not self._acknowledged(frame):
+                    self.received += 1
+                    self.pending.append(read_frame(frame))
+                    return
+        finally:
+            self.lock.release()
 
     def stop(self) -> None:
         """Make readers give up, and take the lock (woken if blocked on the link)."""
@@ -185,8 +233,9 @@ class Reading:
                 continue
             except pynng.NNGException:
                 break
-            self.received += 1
-            items.append(read_frame(frame))
+            if not self._acknowledged(frame):
+                self.received += 1
+                items.append(read_frame(frame))
         return [item for item in items if not isinstance(item, _Marker)]
 
 
@@ -199,7 +248,7 @@ class LinkedReader:
     def __init__(self, ref: ObjectRef, end: int, link: Link, token: int) -> None:
         self.ref, self.end, self.token = ref, end, token
         self.link = link
-        self.reading = Reading(link)
+        self.reading = Reading(link, keep_arrived=self._owner_gone)
         self._send_lock = threading.Lock()
         self._sending = True  # False once END is sent: sends go through the hub
         self._done = threading.Event()
@@ -218,7 +267,26 @@ class LinkedReader:
                 raise
             if item is EOF:
                 raise EOFError
+            if item is not None:
+                self._acknowledge()
             return item
+
+    def _acknowledge(self) -> None:
+        """Tell the owner an item is consumed (before the read returns it): from now on
+        it is not given back to the pipe or queue if this job dies."""
+        with self._send_lock:
+            while self._sending and not self.link.lost:
+                if self.link.send(ACK_FRAME, CANCEL_RETRY_MS):
+                    return
+
+    def _owner_gone(self) -> bool:
+        """Whether the owner can no longer be reached (asked once the link is lost): else
+        it takes back what it sent and this job did not consume, and none of it is read here."""
+        try:
+            self.ref.call("ping")
+        except (ConnectionError, ReferenceError):
+            return True
+        return False
 
     def poll(self, timeout: float | None) -> bool:
         """Whether a message (or EOF) is there to read, waiting up to ``timeout``."""
@@ -296,14 +364,23 @@ class _LinkMailbox(Servant):
         request.reply()
         with _registry_lock:
             reader = _by_token.get(token)
-        if reader is not None:  # it waits for frames and the owner's answer: not on the hub's thread
-            threading.Thread(target=reader.unlink, args=(sent,), daemon=True,
-                             name="fiberlite-unlink").start()
+            if reader is None:  # asked before the link is ready here: done once it is
+                _early_unlinks[token] = sent
+                return
+        _start_unlink(reader, sent)
+
+
+def _start_unlink(reader: LinkedReader, sent: int) -> None:
+    """Hand back what ``reader`` has not read, on a thread of its own (it waits for frames
+    and the owner's answer: not on the hub's thread)."""
+    threading.Thread(target=reader.unlink, args=(sent,), daemon=True,
+                     name="fiberlite-unlink").start()
 
 
 _registry_lock = threading.Lock()
 _readers: dict[tuple, LinkedReader] = {}
 _by_token: dict[int, LinkedReader] = {}
+_early_unlinks: dict[int, int] = {}  # token -> frames sent, for links asked back while being made
 _reads: collections.Counter = collections.Counter()  # reads through the hub, per end
 _next_ask: dict[tuple, int] = {}  # when to ask again for an end whose owner said no
 _tokens = itertools.count(1)
@@ -356,11 +433,16 @@ def _try_link(ref: ObjectRef, end: int) -> None:
         raise
     if not agreed or not link.accept(key) or not _owner_ready(link):
         link.close()  # a link half made is dropped by its owner when it notices
+        with _registry_lock:
+            _early_unlinks.pop(token, None)
         return
     reader = LinkedReader(ref, end, link, token)
     with _registry_lock:
         _readers[_key(ref, end)] = reader
         _by_token[token] = reader
+        asked = _early_unlinks.pop(token, None)
+    if asked is not None:
+        _start_unlink(reader, asked)
 
 
 def _owner_ready(link: Link) -> bool:
@@ -416,7 +498,7 @@ class Forwarder:
     """The owner's half of a link: where messages for a linked end go."""
 
     __slots__ = ("reader_peer", "mailbox", "token", "state", "link", "sent", "reading",
-                 "take_lock", "taken")
+                 "take_lock", "taken", "unacked")
 
     def __init__(self, reader_peer: int, mailbox: ObjectRef, token: int) -> None:
         self.reader_peer = reader_peer
@@ -428,18 +510,32 @@ class Forwarder:
         self.sent = 0
         self.take_lock = threading.Lock()  # held while what the reader sent is taken
         self.taken = False
+        # the items forwarded and not yet consumed by the reader (its ACK_FRAMEs), oldest first
+        self.unacked: collections.deque = collections.deque()
 
     def connected(self, link: Link) -> None:
         self.link = link
-        self.reading = Reading(link)
+        self.reading = Reading(link, on_ack=self.unacked.popleft)
         self.state = LINKED
 
-    def forward(self, frame: Any) -> bool:
-        """Send a frame to the reader; False if the link is full or gone."""
-        if self.link is not None and self.link.send(frame, timeout_ms=0):
-            self.sent += 1
-            return True
-        return False
+    def forward(self, frame: Any, item: Payload | None = None) -> bool:
+        """Send a frame to the reader (``item``: the payload it carries, kept until the
+        reader consumes it); False if the link is full or gone."""
+        if self.link is None:
+            return False
+        if len(self.unacked) >= ACK_DRAIN_AT and self.reading is not None and (
+                not self.sent % ACK_DRAIN_EVERY or len(self.unacked) >= ACK_LIMIT):
+            self.reading.take_acks()
+            if len(self.unacked) >= ACK_LIMIT:
+                return False
+        if item is not None:  # kept before it goes: its acknowledgement may come at once
+            self.unacked.append(item)
+        if not self.link.send(frame, timeout_ms=0):
+            if item is not None:
+                self.unacked.pop()
+            return False
+        self.sent += 1
+        return True
 
     def ask_back(self) -> None:
         """Ask the reader for what it has not consumed (answered by ``relinquish``)."""

@@ -27,6 +27,9 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # then stops using the link and its owner keeps what comes next)
 SEND_QUEUE = 8192
 RECEIVE_AHEAD = 128
+# the writer (dialing) side takes in up to this many frames: room for an acknowledgement of
+# every frame it may have sent, so that the reader never waits to acknowledge
+WRITER_RECEIVE_AHEAD = SEND_QUEUE
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ABSTRACT_SOCKETS = sys.platform.startswith("linux")  # nng's abstract:// transport
 
@@ -34,7 +37,8 @@ ABSTRACT_SOCKETS = sys.platform.startswith("linux")  # nng's abstract:// transpo
 def _socket(address_or_host: str, key: bytes, server: bool) -> pynng.Pair0:
     options = {"tls_config": tls.config(key, server=server)} if tls.is_tls(address_or_host) else {}
     return pynng.Pair0(recv_max_size=0, send_buffer_size=SEND_QUEUE,
-                       recv_buffer_size=RECEIVE_AHEAD, **options)
+                       recv_buffer_size=RECEIVE_AHEAD if server else WRITER_RECEIVE_AHEAD,
+                       **options)
 
 
 def _listen(sock: pynng.Pair0, host: str, use_tls: bool) -> str:
@@ -180,6 +184,20 @@ class Link:
                 return take_frame(msg)
             lib.nng_msg_free(msg)  # from a connection that never proved the key
             lib.nng_pipe_close(pipe)
+
+    def recv_nowait(self):
+        """The next frame if one has arrived, else None (no waiting, no aio)."""
+        if self._closed:
+            return None
+        holder = ffi.new("nng_msg **")
+        while not lib.nng_recvmsg(self._nng_socket, holder, lib.NNG_FLAG_NONBLOCK):
+            msg = holder[0]
+            pipe = lib.nng_msg_get_pipe(msg)
+            if pipe.id == self._peer:
+                return take_frame(msg)
+            lib.nng_msg_free(msg)  # from a connection that never proved the key
+            lib.nng_pipe_close(pipe)
+        return None
 
     def _receive(self, timeout_ms: int):
         """The next ``nng_msg`` (the caller frees it)."""

@@ -187,9 +187,8 @@ def test_messages_beyond_what_a_link_holds_go_through_the_pipe_in_order():
         a.send((sent[-1], block))
     a.send(None)
     go.set()
-    items, linked = out.get(timeout=60)
+    items, _ = out.get(timeout=60)  # (it may be linked again by the end: nobody competes)
     assert [i for i, _ in items] == sent
-    assert not linked
     p.join()
 
 

@@ -140,3 +140,29 @@ def test_a_bounded_queue_is_never_linked():
     assert out.get(timeout=60) == (list(range(100)), [])
     assert _links(q) == {}
     p.join()
+
+
+def test_a_consumer_is_linked_again_once_the_competition_is_gone(monkeypatch):
+    from fiberlite.runtime import linkhost
+    monkeypatch.setattr(linkhost, "RELINK_QUIET", 0.2)  # (in this process, the queue's owner)
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    p = fiberlite.Process(target=link_jobs.report_links_while_getting, args=(q, out))
+    p.start()
+    reports: list = []
+
+    def feed(items) -> None:
+        for i in items:
+            q.put(i)
+        reports.extend(out.get(timeout=60) for _ in items)
+
+    feed(range(ENOUGH))
+    assert reports[-1][1], "the only consumer is linked"
+    with pytest.raises(fiberlite.queues.Empty):  # this process gets too: the link ends
+        q.get(timeout=0.1)
+    feed(range(ENOUGH, ENOUGH + 600))
+    q.put(None)
+    p.join(30)
+    assert [item for item, _ in reports] == list(range(ENOUGH + 600))
+    after = [is_linked for _, is_linked in reports[ENOUGH:]]
+    assert not after[0], "the link ended when this process got from the queue"
+    assert after[-1], "linked again once nobody else got for a while"
