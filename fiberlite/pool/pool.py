@@ -137,6 +137,21 @@ class Pool:
             _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning, source=self)
             threading.Thread(target=core.terminate, daemon=True).start()
 
+    # -- size ----------------------------------------------------------------------------------
+    def resize(self, processes: int) -> None:
+        """Grow or shrink the running pool to ``processes`` workers.
+
+        New workers take work as soon as their jobs start. Of the workers too many, those
+        whose jobs have not started yet are stopped, idle ones exit at once and busy ones
+        after their current task; chunks they received and did not start go back to the
+        queue. No task is lost or run twice.
+        """
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise ValueError(f"Pool.resize needs a whole number of workers of at least 1, "
+                             f"not {processes!r} (the idle_timeout setting lets idle workers go)")
+        self._check_running().resize(processes)
+        self._processes = processes
+
     # -- submitting ----------------------------------------------------------------------------
     def apply(self, func: Callable, args: tuple = (), kwds: dict = {}) -> Any:
         """Call ``func(*args, **kwds)`` in a worker and return its result."""
