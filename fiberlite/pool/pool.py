@@ -38,6 +38,12 @@ accumulates tasks that an idle one could run.
   later call raise :class:`BrokenPoolError`, with the initializer's traceback if it raised.
 * ``maxtasksperchild``: a worker asks for no more than its remaining budget and retires
   with ``want=0``; the supervisor thread starts a replacement.
+* Size: the supervisor keeps ``processes`` workers, counting those whose jobs are still
+  starting; calls run on the workers that are up. ``resize`` changes that number: the
+  workers too many are marked *leaving* (answered ``None`` when they next ask, at once
+  if they wait for work; a job whose workers never asked is stopped). With the
+  ``idle_timeout`` setting, a pool whose last call finished that long ago lets every
+  worker go; the next call wakes the supervisor, which starts them again.
 
 The master's state and threads are in :mod:`.core`, the format of what travels in
 :mod:`.chunks`.

@@ -17,6 +17,7 @@ import pytest
 import fiberlite
 from fiberlite import config
 from fiberlite.pool import Pool
+from waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,14 +55,6 @@ def runs(path) -> collections.Counter:
         return collections.Counter(int(line) for line in fh)
 
 
-def eventually(check, timeout: float = 30.0, what: str = "the pool's workers") -> None:
-    """Wait until ``check()`` holds (workers exiting is seen only from outside)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what} did not settle within {timeout} s"
-        time.sleep(0.05)
-
-
 def test_resize_grows_and_shrinks_mid_map_without_losing_or_repeating(per_job, tmp_path):
     log = str(tmp_path / "ran")
     n = 600
@@ -76,7 +69,7 @@ def test_resize_grows_and_shrinks_mid_map_without_losing_or_repeating(per_job, t
         assert [value for value, _ in got] == [x * x for x in range(n)]
         ran = runs(log)
         assert sorted(ran) == list(range(n)) and set(ran.values()) == {1}, "a task ran twice"
-        eventually(lambda: len(pool._pool) == len(pool._core.procs) == 1)
+        eventually(lambda: len(pool._pool) == len(pool._core.procs) == 1, what="the shrunk pool")
         assert pool._core.dispatcher.staying() == 1
         assert pool.map(lambda x: logged(x, log, 0), range(n, n + 30)) == \
             [(x * x, pool._pool[0].pid) for x in range(n, n + 30)]
@@ -91,7 +84,8 @@ def test_a_pool_shrunk_to_zero_when_idle_restarts_for_the_next_map(per_job, tmp_
         core = pool._core
         first = pool.map(lambda x: logged(x, log), range(200), 1)
         assert [value for value, _ in first] == [x * x for x in range(200)]
-        eventually(lambda: not core.procs and not fiberlite.active_children())
+        eventually(lambda: not core.procs and not fiberlite.active_children(),
+                   what="the idle pool's jobs")
         assert core.dispatcher.released and core.dispatcher.staying() == 0
         assert fiberlite.active_children() == [] and pool._pool == []
         second = pool.map(lambda x: logged(x, log), range(200, 500), 1)
