@@ -96,6 +96,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("workers_per_job", None, _positive_count,
             "pool workers one job runs (default: local, the workers shared among the CPUs; "
             "else the job's whole cpu request)"),
+    Setting("idle_timeout", 0.0, _seconds_or_never,
+            "seconds a pool may have no work before it lets its workers go and deletes their "
+            "jobs; they start again when work comes (0: never)"),
     Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
     Setting("mount_working_dir", True, _flag, "mount working_dir into job containers"),
     Setting("tls", False, _flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),

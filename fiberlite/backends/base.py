@@ -34,6 +34,9 @@ class JobSpec:
     volumes: dict[str, str] = field(default_factory=dict)  # source -> path inside the job
     labels: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    # one of many jobs sharing work (a pool's): on a cluster without room for it yet, it
+    # waits (up to the start_timeout setting) instead of failing as unschedulable at once
+    waits_for_capacity: bool = False
 
 
 class JobState(enum.Enum):

@@ -20,6 +20,7 @@ from multiprocessing.connection import wait as wait_for
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
+from .. import config
 from ..errors import BrokenPoolError, ProcessError
 from ..runtime.hub import get_hub
 from ..runtime.limits import check_room
@@ -42,7 +43,8 @@ class Core:
 
     def __init__(self, processes: int, initializer: Any, initargs: tuple,
                  maxtasks: int | None, process_type: type) -> None:
-        self.processes = processes
+        self.processes = processes  # workers wanted while there is work (resize changes it)
+        self.idle_timeout = float(config.get("idle_timeout") or 0)  # 0: keep them
         self.initializer = initializer
         self.initargs = tuple(initargs)
         self.maxtasks = maxtasks
@@ -56,7 +58,8 @@ class Core:
         self._results_cond = threading.Condition()
         self._deliveries: list = []
         self._results_stop = False
-        self.dispatcher = Dispatcher(self._deliver)
+        self.dispatcher = Dispatcher(self._deliver,
+                                     on_idle_change=self.wake if self.idle_timeout else None)
         self.ref = get_hub().register(self.dispatcher)
         self._wake_r, self._wake_w = os.pipe()
         self._retry_delay = 0.0
@@ -145,9 +148,49 @@ class Core:
             sink._abort(error)
 
     # -- workers ---------------------------------------------------------------------------
-    def _workers(self) -> int:
-        """Workers started and not known to have ended."""
-        return len(self.procs) if self.relay is None else self.relay.workers()
+    def _wanted(self) -> int:
+        """Workers the pool should run now: none while released for being idle."""
+        return 0 if self.dispatcher.released else self.processes
+
+    def resize(self, processes: int) -> None:
+        """Run ``processes`` workers from now on: more are started at once; of the ones
+        too many, those not started yet are stopped, idle ones exit now, busy ones after
+        their current task, giving back the chunks they have not started."""
+        with self._state_lock:
+            if self.state != RUN:
+                raise ValueError("Pool not running")
+            if processes > self.processes:
+                check_room(DESCRIPTORS_PER_JOB * math.ceil(processes / self.per_job),
+                           f"Pool.resize({processes})")
+            self.processes = processes
+            excess = self.dispatcher.staying() - self._wanted()
+            self._stop_unstarted(self.dispatcher.retire(excess) if excess > 0 else [])
+        self.wake()
+
+    def _stop_unstarted(self, wids: list[int]) -> None:
+        """Stop the jobs of workers let go before they ever asked for work (a pod still
+        Pending, a job still starting): a host only when none of its workers started."""
+        if not wids:
+            return
+        if self.relay is None:
+            jobs = [self.procs.get(wid) for wid in wids]
+        else:
+            jobs = [self.procs.get(hid) for hid in self.relay.hosts_of_only(set(wids))]
+        for process in jobs:
+            if process is not None:
+                try:
+                    process.terminate()
+                except Exception:
+                    pass
+
+    def _release_if_idle(self) -> float | None:
+        """Let the workers go when the pool had no work for ``idle_timeout`` seconds;
+        the seconds left until then (None: nothing to wait for)."""
+        if not self.idle_timeout:
+            return None
+        left, unstarted = self.dispatcher.release_if_idle(self.idle_timeout)
+        self._stop_unstarted(unstarted)
+        return left
 
     def worker_processes(self) -> list:
         """The workers' processes; a worker forked in a host as its pid."""
@@ -182,6 +225,7 @@ class Core:
         process = self.process_type(
             target=host_main, name=f"PoolHost-{hid}", daemon=True,
             args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
+        process._waits_for_capacity = True  # the pool works with the jobs that start
         try:
             process.start()
         except BaseException:
@@ -196,14 +240,14 @@ class Core:
         if self.state == TERMINATE or not self.dispatcher.needs_workers():
             return None
         wid = next(self._wids)
-        self.dispatcher.add_worker(wid)
-        return wid
+        return wid if self.dispatcher.add_worker_below(wid, self._wanted()) else None
 
     def _start_worker(self) -> None:
         wid = next(self._wids)
         process = self.process_type(
             target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
             args=(HubUpstream(self.ref), wid, self.initializer, self.initargs, self.maxtasks))
+        process._waits_for_capacity = True  # the pool works with the jobs that start
         self.dispatcher.add_worker(wid)
         try:
             process.start()
@@ -230,8 +274,10 @@ class Core:
     def _supervise_loop(self) -> None:
         dispatcher = self.dispatcher
         while True:
+            waits = [w for w in (self._retry_delay or None, self._release_if_idle())
+                     if w is not None]
             sentinels = {process.sentinel: wid for wid, process in list(self.procs.items())}
-            ready = wait_for(list(sentinels) + [self._wake_r], self._retry_delay or None)
+            ready = wait_for(list(sentinels) + [self._wake_r], min(waits) if waits else None)
             if self._wake_r in ready:
                 try:
                     os.read(self._wake_r, 4096)
@@ -267,12 +313,13 @@ class Core:
 
     def _replace(self) -> None:
         self._retry_delay = 0.0
-        while self._workers() < self.processes and self.dispatcher.needs_workers():
+        dispatcher = self.dispatcher
+        while dispatcher.staying() < self._wanted() and dispatcher.needs_workers():
             with self._state_lock:
                 if self.state == TERMINATE:
                     return
                 try:
-                    self._start_jobs(self.processes - self._workers())
+                    self._start_jobs(self._wanted() - dispatcher.staying())
                 except Exception as exc:
                     self.dispatcher.start_failed(f"could not be created: {exc}")
                     self._retry_delay = 1.0  # try again later

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import itertools
 import signal
+import time
 from typing import Any, Callable
 
 from ..errors import BrokenPoolError, WorkerLostError
@@ -63,8 +64,8 @@ class Chunk:
 class Worker:
     """The master's record of one worker job."""
 
-    __slots__ = ("wid", "peer", "ready", "gone", "retiring", "held", "groups", "forget",
-                 "waiting", "want", "suspect", "init_error")
+    __slots__ = ("wid", "peer", "ready", "gone", "retiring", "leaving", "held", "groups",
+                 "forget", "waiting", "want", "suspect", "init_error")
 
     def __init__(self, wid: int) -> None:
         self.wid = wid
@@ -72,6 +73,7 @@ class Worker:
         self.ready = False  # it asked for work (its initializer succeeded)
         self.gone = False
         self.retiring = False  # it was told to exit: what it still holds is no crash
+        self.leaving = False  # the pool shrinks without it: told to exit when it next asks
         self.held: dict[int, Chunk] = {}
         self.groups: set[int] = set()  # functions it has
         self.forget: list[int] = []  # functions it may drop
@@ -105,9 +107,12 @@ def describe_exit(code: int | None) -> str:
 class Dispatcher(LockedServant):
     """Hands chunks to workers that ask for them; takes results back exactly once."""
 
-    def __init__(self, deliver: Callable[[Any, list], None], max_tries: int = MAX_TRIES) -> None:
+    def __init__(self, deliver: Callable[[Any, list], None], max_tries: int = MAX_TRIES,
+                 on_idle_change: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._deliver = deliver
+        # called when the last call finishes, and when work comes to a released pool
+        self._on_idle_change = on_idle_change
         self.max_tries = max_tries
         self.state = RUN
         self.broken_error: BaseException | None = None
@@ -119,6 +124,9 @@ class Dispatcher(LockedServant):
         self.n_ready = 0
         self.start_failures = self.start_kills = 0
         self.last_failure = ""
+        self.leaving = 0  # workers marked leaving and not yet gone
+        self.idle_since: float | None = time.monotonic()  # when the last call finished
+        self.released = False  # idle too long: every worker was let go until work comes
         self._cids = itertools.count(1)
         self._gids = itertools.count(1)
 
@@ -132,10 +140,13 @@ class Dispatcher(LockedServant):
     def submit(self, group: Group, chunks: list[Chunk], seal: bool, new: bool = False) -> None:
         """Queue ``chunks`` of ``group`` (a new call needs a running pool)."""
         out = _Out()
+        woken = False
         with self._lock:
             if new:
                 self._check(RUN)
                 self.groups[group.gid] = group
+                self.idle_since = None
+                woken, self.released = self.released, False
             else:
                 self._check(RUN, CLOSE)
             group.outstanding += len(chunks)
@@ -146,6 +157,8 @@ class Dispatcher(LockedServant):
                     self._group_done(group)
             self._serve_idle(out)
         self._flush(out)
+        if woken and self._on_idle_change is not None:
+            self._on_idle_change()
 
     def _check(self, *states: str) -> None:
         if self.state in states:
@@ -158,10 +171,72 @@ class Dispatcher(LockedServant):
         with self._lock:
             self.workers[wid] = Worker(wid)
 
+    def add_worker_below(self, wid: int, wanted: int) -> bool:
+        """Add worker ``wid`` if fewer than ``wanted`` workers stay (see :meth:`staying`)."""
+        with self._lock:
+            if len(self.workers) - self.leaving >= wanted:
+                return False
+            self.workers[wid] = Worker(wid)
+            return True
+
     def remove_worker(self, wid: int) -> None:
         """Forget a worker whose job could not be created."""
         with self._lock:
-            self.workers.pop(wid, None)
+            self._pop_worker(wid)
+
+    def _pop_worker(self, wid: int) -> Worker | None:
+        worker = self.workers.pop(wid, None)
+        if worker is not None and worker.leaving:
+            self.leaving -= 1
+        return worker
+
+    def staying(self) -> int:
+        """Workers started or starting that the pool keeps (not leaving)."""
+        with self._lock:
+            return len(self.workers) - self.leaving
+
+    def retire(self, count: int) -> list[int]:
+        """Let ``count`` workers go, those that never asked for work first, then idle ones,
+        then those holding least: an idle one is told to exit now, a busy one when it
+        next asks (after its current task; chunks it holds and has not started go back).
+        Returns the ids of those that never asked for work: their jobs may be stopped."""
+        out = _Out()
+        with self._lock:
+            chosen = self._retire(count, out)
+        self._flush(out)
+        return chosen
+
+    def _retire(self, count: int, out: _Out) -> list[int]:
+        candidates = [w for w in self.workers.values()
+                      if not (w.gone or w.leaving or w.retiring)]
+        candidates.sort(key=lambda w: (w.ready, w.waiting is None, len(w.held)))
+        chosen = candidates[:max(0, count)]
+        for worker in chosen:
+            worker.leaving = True
+            self.leaving += 1
+            if worker.waiting is not None:
+                worker.retiring = True
+                out.replies.append((worker.waiting, None))
+                worker.waiting = None
+        return [worker.wid for worker in chosen if not worker.ready]
+
+    def release_if_idle(self, timeout: float) -> tuple[float | None, list[int]]:
+        """Let every worker go if the pool has had no work for ``timeout`` seconds.
+
+        Returns the seconds left until that would happen (None: not idle, or already
+        released) and, when it happened, the ids of workers that never asked for work.
+        Work submitted later clears :attr:`released` and calls ``on_idle_change``."""
+        out = _Out()
+        with self._lock:
+            if self.state != RUN or self.released or self.idle_since is None:
+                return None, []
+            left = self.idle_since + timeout - time.monotonic()
+            if left > 0:
+                return left, []
+            self.released = True
+            unstarted = self._retire(len(self.workers), out)
+        self._flush(out)
+        return None, unstarted
 
     def ever_ready(self, wid: int) -> bool:
         """Whether worker ``wid`` asked for work once (False once it is forgotten)."""
@@ -173,13 +248,13 @@ class Dispatcher(LockedServant):
         """The job of worker ``wid`` ended (reported by the pool's supervisor)."""
         out = _Out()
         with self._lock:
-            worker = self.workers.pop(wid, None)
+            worker = self._pop_worker(wid)
             if worker is None:
                 return
             if worker.peer is not None and self.by_peer.get(worker.peer) is worker:
                 del self.by_peer[worker.peer]
             self._lose(worker, describe_exit(exitcode), out)
-            if not worker.ready and self.state in (RUN, CLOSE):
+            if not worker.ready and not worker.leaving and self.state in (RUN, CLOSE):
                 reason = (f"its initializer raised:\n{worker.init_error}" if worker.init_error
                           else describe_exit(exitcode))
                 killed = exitcode is not None and exitcode < 0 and not worker.init_error
@@ -274,7 +349,7 @@ class Dispatcher(LockedServant):
                 if worker.waiting is not None:  # cannot happen; never leave a request unanswered
                     out.replies.append((worker.waiting, _NOTHING))
                     worker.waiting = None
-                if want <= 0 or self.state in (TERMINATE, BROKEN):
+                if want <= 0 or worker.leaving or self.state in (TERMINATE, BROKEN):
                     worker.retiring = True
                     out.replies.append((request, None))
                 else:
@@ -373,6 +448,10 @@ class Dispatcher(LockedServant):
 
     def _group_done(self, group: Group) -> None:
         del self.groups[group.gid]
+        if not self.groups:
+            self.idle_since = time.monotonic()
+            if self._on_idle_change is not None:
+                self._on_idle_change()  # never blocks (the pool's wake-up pipe)
         for worker in group.workers:
             if not worker.gone:
                 worker.groups.discard(group.gid)

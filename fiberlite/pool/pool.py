@@ -38,6 +38,12 @@ accumulates tasks that an idle one could run.
   later call raise :class:`BrokenPoolError`, with the initializer's traceback if it raised.
 * ``maxtasksperchild``: a worker asks for no more than its remaining budget and retires
   with ``want=0``; the supervisor thread starts a replacement.
+* Size: the supervisor keeps ``processes`` workers, counting those whose jobs are still
+  starting; calls run on the workers that are up. ``resize`` changes that number: the
+  workers too many are marked *leaving* (answered ``None`` when they next ask, at once
+  if they wait for work; a job whose workers never asked is stopped). With the
+  ``idle_timeout`` setting, a pool whose last call finished that long ago lets every
+  worker go; the next call wakes the supervisor, which starts them again.
 
 The master's state and threads are in :mod:`.core`, the format of what travels in
 :mod:`.chunks`.
@@ -136,6 +142,21 @@ class Pool:
         if getattr(self, "_state", None) == RUN and core is not None:
             _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning, source=self)
             threading.Thread(target=core.terminate, daemon=True).start()
+
+    # -- size ----------------------------------------------------------------------------------
+    def resize(self, processes: int) -> None:
+        """Grow or shrink the running pool to ``processes`` workers.
+
+        New workers take work as soon as their jobs start. Of the workers too many, those
+        whose jobs have not started yet are stopped, idle ones exit at once and busy ones
+        after their current task; chunks they received and did not start go back to the
+        queue. No task is lost or run twice.
+        """
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise ValueError(f"Pool.resize needs a whole number of workers of at least 1, "
+                             f"not {processes!r} (the idle_timeout setting lets idle workers go)")
+        self._check_running().resize(processes)
+        self._processes = processes
 
     # -- submitting ----------------------------------------------------------------------------
     def apply(self, func: Callable, args: tuple = (), kwds: dict = {}) -> Any:

@@ -80,10 +80,11 @@ class HostRelay(Servant):
         for wid in host.workers if host is not None else ():
             self.dispatcher.remove_worker(wid)
 
-    def workers(self) -> int:
-        """Workers of live hosts, started or starting."""
+    def hosts_of_only(self, wids: set[int]) -> list[int]:
+        """The live hosts all of whose workers are among ``wids``."""
         with self._lock:
-            return sum(len(host.workers) for host in self.hosts.values())
+            return [hid for hid, host in self.hosts.items()
+                    if host.workers and wids.issuperset(host.workers)]
 
     def pids(self, timeout: float = 0.0) -> list[int]:
         """Pids of the workers of live hosts, waiting up to ``timeout`` seconds for those

@@ -118,6 +118,7 @@ def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> Job
         gpu=wants.get("gpu", settings.get("gpu")),
         labels={"fiberlite/run": run, "fiberlite/job": name, "fiberlite/parent": parent},
         cwd=os.getcwd(),
+        waits_for_capacity=bool(getattr(process, "_waits_for_capacity", False)),
     )
 
 

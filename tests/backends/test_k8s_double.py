@@ -277,9 +277,7 @@ def test_unschedulable_pod_stays_pending_with_event(k8s_api, v1):
     message = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
     k8s_api.server.unschedulable(message)
     v1.create_namespaced_pod(NS, pod("gpu"))
-    stuck = wait_pod(v1, "gpu", lambda p: any(
-        c.type == "PodScheduled" and c.reason == "Unschedulable"
-        for c in p.status.conditions or []))
+    stuck = wait_pod(v1, "gpu", unschedulable)
     assert stuck.status.phase == "Pending"
     assert stuck.status.conditions[0].status == "False"
     assert stuck.status.conditions[0].message == message
@@ -291,6 +289,40 @@ def test_unschedulable_pod_stays_pending_with_event(k8s_api, v1):
     assert err.value.status == 400
     k8s_api.server.unschedulable(None)
     wait_pod(v1, "gpu", phase("Succeeded"))
+
+
+def unschedulable(p):
+    return any(c.type == "PodScheduled" and c.reason == "Unschedulable"
+               for c in p.status.conditions or [])
+
+
+def test_capacity_keeps_pods_beyond_it_pending_until_it_grows(k8s_api, v1):
+    k8s_api.server.capacity(1)
+    for name in ("first", "second", "third"):
+        v1.create_namespaced_pod(NS, pod(name, "import time; time.sleep(60)"))
+    wait_pod(v1, "first", phase("Running"))
+    for name in ("second", "third"):
+        stuck = wait_pod(v1, name, unschedulable)
+        assert stuck.status.phase == "Pending" and "Too many pods" in stuck.status.conditions[0].message
+    k8s_api.server.capacity(2)
+    running = wait_phases(v1, lambda phases: "Running" in (phases["second"], phases["third"]))
+    assert sorted([running["second"], running["third"]]) == ["Pending", "Running"]
+    v1.delete_namespaced_pod("first", NS, grace_period_seconds=0)  # its place frees
+    wait_phases(v1, lambda phases: phases["second"] == phases["third"] == "Running")
+
+
+def wait_phases(v1, until, timeout=20):
+    """Watch every pod until ``until({name: phase})``; return those phases."""
+    phases = {p.metadata.name: p.status.phase for p in v1.list_namespaced_pod(NS).items}
+    if until(phases):
+        return phases
+    w = watch.Watch()
+    for event in w.stream(v1.list_namespaced_pod, NS, timeout_seconds=timeout):
+        phases[event["object"].metadata.name] = event["object"].status.phase
+        if until(phases):
+            w.stop()
+            return phases
+    raise AssertionError(f"pods never reached the expected phases: {phases}")
 
 
 def test_image_pull_failure(k8s_api, v1):

@@ -2,10 +2,13 @@
 (tests/k8s_double): every job a pod the double runs as a local process."""
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import signal
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -21,6 +24,7 @@ from fiberlite.backends.kubernetes import pods as k8s_pods, status as k8s_status
 from fiberlite.errors import BackendError
 from k8s_double.fixture import k8s_api  # noqa: F401  (the fixture)
 from paths import ROOT
+from waiting import eventually
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.timeout(60)]
 NS = "default"
@@ -289,6 +293,61 @@ def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
         pool.terminate()
         pool.join()
     assert fiberlite.active_children() == []
+
+
+def square_in_pod(x):
+    time.sleep(0.02)
+    return x * x, os.environ["FIBERLITE_JOB_NAME"]
+
+
+def test_pool_maps_on_the_pods_with_room_and_takes_the_others_as_they_start(kube):
+    """Room for one pod of three: the map runs there, the Pending ones neither hold it up
+    nor fail the pool, and join it when room comes mid-map. Idle, the pool deletes its
+    pods; the next map starts new ones."""
+    fiberlite.init(cpu=2, idle_timeout=2)
+    kube.server.capacity(1)
+    stop = threading.Event()
+
+    def items():
+        for x in itertools.count():
+            if stop.is_set():
+                return
+            yield x
+
+    with kube.ctx.Pool(6) as pool:
+        core = pool._core
+        first_pods = {pod_name(process) for process in core.procs.values()}
+        assert len(first_pods) == 3
+        ran_in = collections.Counter()
+        for x, (value, job) in enumerate(pool.imap(square_in_pod, items())):
+            assert value == x * x
+            ran_in[job] += 1
+            if x == 60:
+                assert len(ran_in) == 1, "a pod beyond the capacity ran"
+                kube.server.capacity(3)
+            if len(ran_in) == 3:
+                stop.set()
+        assert sum(ran_in.values()) == x + 1 and core.dispatcher.start_failures == 0
+        eventually(lambda: not core.procs and all(kube.server.pod(name) is None
+                                                  for name in first_pods),
+                   what="the idle pool's pods")
+        assert pool.map(slow_square, range(12), 1) == [x * x for x in range(12)]
+        assert {pod_name(process) for process in core.procs.values()}.isdisjoint(first_pods)
+
+
+def test_shrinking_a_pool_deletes_its_pods_that_never_started(kube):
+    kube.server.capacity(1)
+    with kube.ctx.Pool(3) as pool:  # one worker a pod
+        core = pool._core
+        pods = {pod_name(process) for process in core.procs.values()}
+        assert pool.map(slow_square, range(10), 1) == [x * x for x in range(10)]
+        pool.resize(1)
+        eventually(lambda: len(core.procs) == 1, what="the shrunk pool")
+        kept = pod_name(next(iter(core.procs.values())))
+        eventually(lambda: all(kube.server.pod(name) is None for name in pods - {kept}),
+                   what="the Pending pods")
+        assert core.dispatcher.start_failures == 0
+        assert pool.map(slow_square, range(10), 1) == [x * x for x in range(10)]
 
 
 MASTER_CODE = "import time; time.sleep(120)"

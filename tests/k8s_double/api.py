@@ -47,6 +47,7 @@ class Api:
         self.user = user
         self.denied: set[tuple[str, str, Optional[str]]] = set()
         self.unschedulable: Optional[tuple[str, Any]] = None
+        self.capacity: Optional[int] = None  # pods the node runs at once (None: no limit)
         self.pull_failures: dict[str, str] = {}
         self.errors: list[str] = []
         self.routes = [
@@ -108,6 +109,25 @@ class Api:
         if rule and (rule[1] is None or rule[1](pod)):
             return rule[0]
         return None
+
+    def take_place(self, run) -> bool:
+        """(Store lock held.) Give ``run`` one of the node's places, if one is free."""
+        if not run.placed:
+            placed = sum(1 for other in self.kubelet.runs.values() if other.placed)
+            if self.capacity is not None and placed >= self.capacity:
+                return False
+            run.placed = True
+        return True
+
+    def free_place(self, run) -> None:
+        """The pod's life is over: its place goes to a pod that waits for one."""
+        with self.store.cond:
+            if run.placed:
+                run.placed = False
+                self.store.cond.notify_all()
+
+    def no_place_message(self) -> str:
+        return f"0/1 nodes are available: 1 Too many pods (capacity {self.capacity})."
 
     def pull_failure(self, image: str) -> Optional[str]:
         return self.pull_failures.get(image)

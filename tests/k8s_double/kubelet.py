@@ -40,6 +40,7 @@ class PodRun:
     termed: bool = False
     evicted: bool = False
     gone: bool = False                 # removed from the store
+    placed: bool = False               # holds one of the node's places (see Api.capacity)
     propagation: str = "Background"
     envs: dict = dataclasses.field(default_factory=dict)       # name -> env
 
@@ -91,6 +92,7 @@ class Kubelet:
             if not self.store.closed:
                 self.api.errors.append(traceback.format_exc())
         finally:
+            self.api.free_place(run)
             if run.gone or self.store.closed:
                 self.signal(run, signal.SIGKILL)
 
@@ -115,12 +117,17 @@ class Kubelet:
         pod = self._pod(run)
         if pod is None:
             return False
-        message = self.api.unschedulable_message(pod)
+        def admitted() -> bool:  # (under the store's lock)
+            return not self.api.unschedulable_message(pod) and self.api.take_place(run)
+
+        with self.store.cond:
+            message = None if admitted() else (self.api.unschedulable_message(pod)
+                                               or self.api.no_place_message())
         if message:
             self._set_condition(run, "PodScheduled", "False", "Unschedulable", message)
             self._publish(run, "Pending")
             self.api.record_event(pod, "FailedScheduling", message, "Warning", "default-scheduler")
-            if not self._wait_for(run, lambda: not self.api.unschedulable_message(pod)):
+            if not self._wait_for(run, admitted):
                 return False
         with self.store.cond:
             if not (pod := self._pod(run)):

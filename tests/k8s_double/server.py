@@ -59,6 +59,13 @@ class ApiServerDouble:
             self.api.unschedulable = None if message is None else (message, when)
             self.api.store.cond.notify_all()
 
+    def capacity(self, pods: Optional[int]) -> None:
+        """Run at most ``pods`` pods at once (None: no limit); the others stay
+        Pending/Unschedulable (``Too many pods``) until a place frees or this grows."""
+        with self.api.store.cond:
+            self.api.capacity = pods
+            self.api.store.cond.notify_all()
+
     def image_pull_fails(self, image: str, message: Optional[str] = None) -> None:
         """Pulls of ``image`` fail (``ErrImagePull``/``ImagePullBackOff``)."""
         ref = image if "/" in image else f"docker.io/library/{image}"

@@ -228,7 +228,7 @@ def test_a_host_whose_workers_never_started_counts_as_one_failed_start():
     relay.host_gone(1, 1)
     relay.host_gone(2, 1)
     assert (dispatcher.start_failures, dispatcher.state) == (2, RUN)
-    assert relay.workers() == 3 and sorted(dispatcher.workers) == [30, 31, 32]
+    assert dispatcher.staying() == 3 and sorted(dispatcher.workers) == [30, 31, 32]
     relay.host_gone(3, 1)
     assert dispatcher.state == BROKEN and "3 in a row" in str(dispatcher.broken_error)
 

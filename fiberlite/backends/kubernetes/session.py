@@ -48,6 +48,7 @@ class PodJob:
     created: float = field(default_factory=time.monotonic)
     logs: str | None = None
     cleaned: bool = False
+    waits_for_capacity: bool = False  # unschedulable: wait for room (up to start_timeout)
 
 
 class Session:
@@ -131,7 +132,8 @@ class Session:
                     continue
                 raise api_error(exc, f"create pod {name} in namespace {self.namespace!r}",
                                 self.conn) from None
-        job = PodJob(self, name, uid=created.metadata.uid, pod=created)
+        job = PodJob(self, name, uid=created.metadata.uid, pod=created,
+                     waits_for_capacity=spec.waits_for_capacity)
         with self.cond:
             self._creating.discard(name)
             seen = self._seen.pop(name, None)
@@ -198,6 +200,8 @@ class Session:
             return None
         if not job.diagnosing and job.requested is None:
             problem = start_problem(job.pod)
+            if problem == "unschedulable" and job.waits_for_capacity:
+                return None  # it starts when the cluster has room; start_timeout still applies
             if problem:
                 job.diagnosing = True
                 return problem
