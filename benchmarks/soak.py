@@ -27,7 +27,6 @@ import collections
 import json
 import os
 import random
-import signal
 import sys
 import threading
 import time
@@ -152,15 +151,24 @@ class PoolLoad(Load):
         if rng.random() < 0.25 and core.procs:  # a whole host and every worker in it
             host = rng.choice(list(core.procs.values()))
             return "pool host" if sigkill(host) else None
-        workers = [w for w in self.pool._pool if w.pid]
+        workers = [w for host in core.procs.values() for w in forked_workers(host)]
         if not workers:
             return None
-        victim = rng.choice(workers)
         try:
-            os.kill(victim.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            rng.choice(workers).kill()
+        except psutil.NoSuchProcess:
             return None
         return "pool worker"
+
+
+def forked_workers(host) -> list[psutil.Process]:
+    """The workers forked in a pool host job, seen from this machine: the processes
+    below the job's own (a container's too) that have no children of their own."""
+    try:
+        below = psutil.Process(host.pid).children(recursive=True) if host.pid else []
+        return [p for p in below if not p.children()]
+    except psutil.NoSuchProcess:
+        return []
 
 
 class QueueLoad(Load):
