@@ -100,15 +100,19 @@ class Load(threading.Thread):
         super().__init__(name=f"soak-{tally.name}", daemon=True)
         self.tally, self.ctx, self.stop = tally, ctx, stop
         self.lock = threading.Lock()
+        self.running = threading.Event()  # set once the first step is done (or it failed)
 
     def run(self) -> None:
         try:
             self.start_load()
             while not self.stop.is_set():
                 self.step()
+                self.running.set()
             self.finish()
         except BaseException as exc:  # reported in the table, not hidden
             self.tally.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.running.set()
 
     def start_load(self) -> None: ...
 
@@ -306,13 +310,14 @@ def soak(seconds: float, backend: str, kill_every: float, seed: int,
     started = time.monotonic()
     for load in loads:
         load.start()
-    warm_up = min(60.0, seconds / 5)
-    time.sleep(warm_up)
+    for load in loads:  # every job started and every load through once: warm
+        load.running.wait(max(1.0, started + seconds - time.monotonic()))
+    time.sleep(max(0.0, min(60.0, seconds / 5) - (time.monotonic() - started)))
     rss_start = rss()
     kills = threading.Thread(target=killer, args=(loads, stop, random.Random(seed), kill_every, survived),
                              daemon=True)
     kills.start()
-    time.sleep(max(0.0, seconds - warm_up))
+    time.sleep(max(0.0, started + seconds - time.monotonic()))
     stop.set()
     kills.join()
     for load in loads:
