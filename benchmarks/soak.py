@@ -76,21 +76,35 @@ def append_batches(shared, orders, done) -> None:
 
 # -- counting ---------------------------------------------------------------------------------
 class Tally:
-    """Numbered things sent and received by one load."""
+    """Numbered things sent and received by one load; only the numbers still out are
+    kept, so that the soak's own bookkeeping does not grow with the run."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.sent = 0
-        self.received: collections.Counter[int] = collections.Counter()
+        self.received = 0
+        self.duplicated = 0   # received again, or never sent
+        self.out: set[int] = set()
         self.killed = 0
         self.error: str | None = None
 
+    def send(self, count: int) -> range:
+        """The numbers of the next ``count`` things sent."""
+        numbers = range(self.sent, self.sent + count)
+        self.out.update(numbers)
+        self.sent += count
+        return numbers
+
+    def receive(self, n: int) -> None:
+        self.received += 1
+        try:
+            self.out.remove(n)
+        except KeyError:
+            self.duplicated += 1
+
     def row(self) -> dict[str, Any]:
-        got = set(self.received)
-        return {"load": self.name, "sent": self.sent, "received": sum(self.received.values()),
-                "lost": len(set(range(self.sent)) - got),
-                "duplicated": sum(c - 1 for c in self.received.values() if c > 1),
-                "kills": self.killed, "error": self.error}
+        return {"load": self.name, "sent": self.sent, "received": self.received, "lost": len(self.out),
+                "duplicated": self.duplicated, "kills": self.killed, "error": self.error}
 
 
 class Load(threading.Thread):
@@ -140,11 +154,9 @@ class PoolLoad(Load):
         self.pool = self.ctx.Pool(4)
 
     def step(self) -> None:
-        first = self.tally.sent
-        self.tally.sent += self.BATCH
-        for n, sq in self.pool.imap_unordered(square, range(first, first + self.BATCH), 4):
+        for n, sq in self.pool.imap_unordered(square, self.tally.send(self.BATCH), 4):
             assert sq == n * n, f"task {n} returned {sq}"
-            self.tally.received[n] += 1
+            self.tally.receive(n)
 
     def finish(self) -> None:
         self.pool.close()
@@ -182,6 +194,7 @@ class QueueLoad(Load):
     def start_load(self) -> None:
         self.items, self.results = self.ctx.Queue(), self.ctx.Queue()
         self.consumers = [self._consumer() for _ in range(self.CONSUMERS)]
+        self.given_up: set[int] = set()  # not back by the end of their step (may come later)
 
     def _consumer(self):
         p = self.ctx.Process(target=consume, args=(self.items, self.results), daemon=True)
@@ -189,23 +202,21 @@ class QueueLoad(Load):
         return p
 
     def step(self) -> None:
-        first = self.tally.sent
-        for n in range(first, first + self.BATCH):
+        for n in self.tally.send(self.BATCH):
             self.items.put(n)
-        self.tally.sent += self.BATCH
-        self._collect(until=first + self.BATCH, deadline=time.monotonic() + 2)
+        self._collect(deadline=time.monotonic() + 2)
 
-    def _collect(self, until: int, deadline: float) -> None:
-        """Take results until every item below ``until`` is back or ``deadline``."""
-        missing = set(range(until)) - set(self.tally.received)
-        while missing and time.monotonic() < deadline:
+    def _collect(self, deadline: float) -> None:
+        """Take results until every item but those given up on is back, or ``deadline``."""
+        out = self.tally.out
+        while not out <= self.given_up and time.monotonic() < deadline:
             try:
                 n = self.results.get(timeout=max(0.05, min(1.0, deadline - time.monotonic())))
             except Exception:  # queue.Empty: a killed consumer's items may never come
                 self._replace_dead()
                 continue
-            self.tally.received[n] += 1
-            missing.discard(n)
+            self.tally.receive(n)
+        self.given_up = set(out)
 
     def _replace_dead(self) -> None:
         with self.lock:
@@ -213,7 +224,8 @@ class QueueLoad(Load):
 
     def finish(self) -> None:
         self._replace_dead()
-        self._collect(self.tally.sent, time.monotonic() + 5)
+        self.given_up = set()
+        self._collect(time.monotonic() + 5)
         for _ in self.consumers:
             self.items.put(STOP)
         for p in self.consumers:
@@ -238,14 +250,12 @@ class PipeLoad(Load):
         self.job.start()
 
     def step(self) -> None:
-        first = self.tally.sent
-        for n in range(first, first + self.BATCH):
+        for n in self.tally.send(self.BATCH):
             self.conn.send(n)
-        self.tally.sent += self.BATCH
         for _ in range(self.BATCH):
             if not self.conn.poll(30):
                 raise TimeoutError("the echo job answered nothing for 30 s")
-            self.tally.received[self.conn.recv()] += 1
+            self.tally.receive(self.conn.recv())
 
     def finish(self) -> None:
         self.conn.send(STOP)
@@ -264,14 +274,12 @@ class ManagerLoad(Load):
         self.job.start()
 
     def step(self) -> None:
-        first = self.tally.sent
-        self.orders.put(list(range(first, first + self.BATCH)))
-        self.tally.sent += self.BATCH
-        assert self.done.get(timeout=30) == first + self.BATCH - 1
-        for n in self.shared[first:]:
-            self.tally.received[n] += 1
-        if len(self.shared) != self.tally.sent:
-            raise AssertionError(f"the managed list holds {len(self.shared)} items, {self.tally.sent} sent")
+        batch = list(self.tally.send(self.BATCH))
+        self.orders.put(batch)
+        assert self.done.get(timeout=30) == batch[-1]
+        for n in self.shared[:]:
+            self.tally.receive(n)
+        del self.shared[:]  # the list stays small however long the run
 
     def finish(self) -> None:
         self.orders.put(STOP)
@@ -283,6 +291,8 @@ def killer(loads: list[Load], stop: threading.Event, rng: random.Random, every: 
            survived: collections.Counter) -> None:
     """SIGKILL a random job of a random load every ``every`` seconds on average."""
     killable = [load for load in loads if type(load).kill_one is not Load.kill_one]
+    if not killable:
+        return
     while not stop.wait(rng.expovariate(1 / every)):
         load = rng.choice(killable)
         try:
@@ -298,14 +308,16 @@ def rss() -> int:
     return psutil.Process().memory_info().rss
 
 
-def soak(seconds: float, backend: str, kill_every: float, seed: int,
+LOADS = {"pool": ("pool tasks", lambda: PoolLoad), "queue": ("queue items", lambda: QueueLoad),
+         "pipe": ("pipe messages", lambda: PipeLoad), "manager": ("manager list items", lambda: ManagerLoad)}
+
+
+def soak(seconds: float, backend: str, kill_every: float, seed: int, only: list[str] | None = None,
          report: Callable[[str], None] = print) -> dict[str, Any]:
     fiberlite.init(workers_per_job=2)
     ctx = fiberlite.get_context(backend)
     stop = threading.Event()
-    loads: list[Load] = [PoolLoad(Tally("pool tasks"), ctx, stop), QueueLoad(Tally("queue items"), ctx, stop),
-                         PipeLoad(Tally("pipe messages"), ctx, stop),
-                         ManagerLoad(Tally("manager list items"), ctx, stop)]
+    loads: list[Load] = [LOADS[name][1]()(Tally(LOADS[name][0]), ctx, stop) for name in only or LOADS]
     survived: collections.Counter[str] = collections.Counter()
     started = time.monotonic()
     for load in loads:
@@ -352,12 +364,18 @@ def main() -> None:
     parser.add_argument("--backend", default="local", help="local or docker (default: local)")
     parser.add_argument("--kill-every", type=float, default=2.0, help="mean seconds between kills")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--loads", default=",".join(LOADS),
+                        help=f"the loads to run, comma-separated (default: {','.join(LOADS)})")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     seconds = args.seconds if args.seconds is not None else args.minutes * 60
     if seconds <= 0:
         parser.error("the run's length must be positive")
-    result = soak(seconds, args.backend, args.kill_every, args.seed)
+    only = [name.strip() for name in args.loads.split(",") if name.strip()]
+    unknown = sorted(set(only) - set(LOADS))
+    if unknown or not only:
+        parser.error(f"unknown load(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(LOADS)}")
+    result = soak(seconds, args.backend, args.kill_every, args.seed, only)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
