@@ -37,6 +37,9 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fiberlite  # noqa: E402
+# the loads start their first objects on four threads at once; pynng imported for the
+# first time by several threads at once can fail with a circular ImportError
+import pynng  # noqa: E402,F401
 
 STOP = None          # sent to a consumer or echo job: finish
 DRAIN_SECONDS = 60   # how long the end may take to collect what is in flight
