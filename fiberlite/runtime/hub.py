@@ -199,6 +199,7 @@ class Hub:
 
     def close(self) -> None:
         self.server.close()
+        self.scheduler.stop()
 
 
 _hub: Hub | None = None

@@ -31,6 +31,7 @@ class Scheduler:
         self._heap: list[tuple[float, int, Timer]] = []
         self._counter = itertools.count()
         self._cond = threading.Condition()
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -44,10 +45,18 @@ class Scheduler:
     def call_soon(self, fn: Callable[[], None]) -> Timer:
         return self.call_later(0.0, fn)
 
+    def stop(self) -> None:
+        """End the thread; what is scheduled and not yet due never runs."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 while True:
+                    if self._stopped:
+                        return
                     now = time.monotonic()
                     if self._heap and self._heap[0][0] <= now:
                         _, _, timer = heapq.heappop(self._heap)

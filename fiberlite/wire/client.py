@@ -13,12 +13,10 @@ from typing import Any, Callable
 
 import pynng
 
-from pynng._nng import lib
-
 from ..errors import AuthenticationError, ConnectionLost
 from . import auth, codec, tls
+from .guard import SocketGuard
 from .nngio import Io
-from .server import close_socket
 
 HANDSHAKE_TIMEOUT_MS = 10_000
 CAST_WINDOW = 256  # one-way requests sent before a SYNC collects their failures
@@ -33,21 +31,18 @@ class Client:
         self._lost_callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._unsynced = 0  # one-way requests sent since the last SYNC
-        self._busy = 0  # calls inside nng right now: the socket is closed only when none is
-        self._lost = False
-        self._socket_closed = False
         self.alive = False
-        self._contexts: list[pynng.Context] = []
         options = {"tls_config": tls.config(key, server=False)} if tls.is_tls(address) else {}
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1, **options)
         self._sock.reconnect_time_min = 60_000
         self._sock.reconnect_time_max = 60_000
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
+        self._guard = SocketGuard(self._sock)
         try:
             self._dial(address, connect_timeout)
             self._authenticate(key)
         except BaseException:
-            close_socket(self._sock, self._contexts)
+            self._guard.close()
             raise
         self.alive = True
 
@@ -65,8 +60,9 @@ class Client:
             raise ConnectionError(f"cannot connect to {address}: {exc}") from None
 
     def _authenticate(self, key: bytes) -> None:
-        ctx = self._sock.new_context()
-        self._contexts.append(ctx)
+        ctx = self._guard.open_context(pynng.Socket.new_context)
+        if ctx is None:
+            raise ConnectionError(f"connection to {self.address} was closed during the handshake")
         ctx.recv_timeout = HANDSHAKE_TIMEOUT_MS
         ctx.send_timeout = HANDSHAKE_TIMEOUT_MS  # a peer that went away mid-handshake
         try:
@@ -77,7 +73,7 @@ class Client:
         except pynng.NNGException as exc:
             raise ConnectionError(f"connection to {self.address} failed during the handshake: {exc}") from None
         finally:
-            self._discard(ctx)
+            self._guard.discard(ctx)
 
     def on_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once when the connection drops (immediately if it has)."""
@@ -92,75 +88,47 @@ class Client:
             if not self.alive:
                 return
             self.alive = False
-            self._lost = True
             callbacks, self._lost_callbacks = self._lost_callbacks, []
         # waking the waiting calls is not allowed inside nng's callback
         threading.Thread(target=self._after_loss, args=(callbacks,), daemon=True).start()
 
     def _after_loss(self, callbacks) -> None:
-        with self._lock:
-            contexts = list(self._contexts)
-        for ctx in contexts:  # aborts every send and receive under way on them
-            if ctx._context is not None:
-                lib.nng_ctx_close(ctx._context[0])
-        self._close_socket_if_idle()
+        self._guard.close()  # every call under way fails; the socket closes when none is
         for callback in callbacks:
             try:
                 callback()
             except Exception:
                 pass
 
-    def _close_socket_if_idle(self) -> None:
-        # nng aborts the process if a socket is closed while a call is inside it
-        with self._lock:
-            if self._busy or self._socket_closed:
-                return
-            self._socket_closed = True
-        close_socket(self._sock, self._contexts)
-
-    def _discard(self, ctx: pynng.Context) -> None:
-        with self._lock:
-            if ctx in self._contexts:
-                self._contexts.remove(ctx)
-        try:
-            ctx.close()
-        except pynng.NNGException:
-            ctx._context = None
-
     def _lost_error(self) -> ConnectionLost:
         return ConnectionLost(f"connection to {self.address} was lost (the job serving it has exited?)")
 
     def _enter(self) -> None:
-        with self._lock:
-            if self._lost or self._socket_closed:
-                raise self._lost_error()
-            self._busy += 1
+        if not self._guard.enter():
+            raise self._lost_error()
 
     def _leave(self) -> None:
-        with self._lock:
-            self._busy -= 1
-            idle_after_loss = self._lost and not self._busy
-        if idle_after_loss:
-            self._close_socket_if_idle()
+        self._guard.leave()
 
     def _context(self) -> pynng.Context:
         try:
             return self._idle.pop()
         except IndexError:
-            ctx = Io(self._sock)
-            with self._lock:
-                self._contexts.append(ctx)
-            return ctx
+            pass
+        ctx = self._guard.open_context(Io)
+        if ctx is None:
+            raise self._lost_error()
+        return ctx
 
     def _receive(self, ctx: pynng.Context) -> Any:
         """The decoded reply on ``ctx`` (the caller has entered)."""
         try:
             frame, _, _ = ctx.recv_frame()
         except pynng.NNGException:
-            self._discard(ctx)
+            self._guard.discard(ctx)
             raise self._lost_error() from None
         except BaseException:
-            self._discard(ctx)  # an interrupted call leaves the context mid-request
+            self._guard.discard(ctx)  # an interrupted call leaves the context mid-request
             raise
         self._idle.append(ctx)
         return codec.decode(frame)
@@ -177,7 +145,7 @@ class Client:
             # needs nothing more than nng taking the message
             ctx.send_frame(frame, wait=False)
         except pynng.NNGException:
-            self._discard(ctx)
+            self._guard.discard(ctx)
             raise self._lost_error() from None
         return ctx
 
@@ -249,7 +217,11 @@ class Client:
             self._enter()
         except ConnectionLost:
             return False
-        ctx = self._context()
+        try:
+            ctx = self._context()
+        except ConnectionLost:
+            self._leave()
+            return False
         try:
             ctx.send_frame(codec.encode(None, codec.PING), wait=False)
             ctx.recv_frame(max(1, int(timeout * 1000)))
@@ -257,13 +229,12 @@ class Client:
         except pynng.NNGException:   # Timeout, or the connection closed
             return False
         finally:
-            self._discard(ctx)   # a request left unanswered must not be reused
+            self._guard.discard(ctx)   # a request left unanswered must not be reused
             self._leave()
 
     def close(self) -> None:
         """Close the connection (calls still under way in other threads fail)."""
         with self._lock:
             self.alive = False
-            self._lost = True
             self._lost_callbacks = []
-        self._after_loss([])
+        self._guard.close()

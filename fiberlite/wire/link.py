@@ -19,6 +19,7 @@ import pynng
 from pynng._nng import ffi, lib
 
 from . import auth, tls
+from .guard import CallGuard
 from .nngio import TimedAio, message_of, take_frame
 
 HANDSHAKE_TIMEOUT_MS = 10_000
@@ -72,6 +73,9 @@ class Link:
         self._peer: int | None = None  # the nng pipe that passed the handshake
         self._handshaking = False
         sock.add_post_pipe_remove_cb(self._pipe_removed)
+        # closing the socket wakes the threads waiting in it; the aios are freed once
+        # none is inside nng any more
+        self._guard = CallGuard(sock.close, self._free_aios)
 
     # -- making one ----------------------------------------------------------------------
     @classmethod
@@ -155,9 +159,15 @@ class Link:
     def send(self, frame, timeout_ms: int = 0) -> bool:
         """Queue ``frame`` (bytes, or a ``pynng.Message`` then owned by nng), waiting up
         to ``timeout_ms`` for room (0: not at all): False if it did not go (full or gone).
-        One thread sends at a time, and never while the link is being closed."""
-        if self._closed:
+        One thread sends at a time; a send under way when the link is closed fails."""
+        if not self._guard.enter():
             return False
+        try:
+            return self._send(frame, timeout_ms)
+        finally:
+            self._guard.leave()
+
+    def _send(self, frame, timeout_ms: int) -> bool:
         if type(frame) is bytes:  # room in the queue, as nearly always: one call, no aio
             err = lib.nng_send(self._nng_socket, frame, len(frame), lib.NNG_FLAG_NONBLOCK)
             if not err:
@@ -201,7 +211,12 @@ class Link:
 
     def _receive(self, timeout_ms: int):
         """The next ``nng_msg`` (the caller frees it)."""
-        return self._receiving.receive(lib.nng_recv_aio, self._nng_socket, timeout_ms)
+        if not self._guard.enter():
+            raise pynng.Closed(lib.NNG_ECLOSED, "the link is closed")
+        try:
+            return self._receiving.receive(lib.nng_recv_aio, self._nng_socket, timeout_ms)
+        finally:
+            self._guard.leave()
 
     def cancel(self) -> None:
         """Wake a thread blocked in :meth:`recv` (``pynng.Canceled``); nothing if none is."""
@@ -230,15 +245,15 @@ class Link:
                              name="fiberlite-link-lost").start()
 
     def close(self) -> None:
-        """Close the link (the caller makes sure no thread is receiving or sending on it)."""
+        """Close the link: a receive or send under way on another thread fails at once."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self.lost = True
             self._lost_callbacks = []
-        try:
-            self._sock.close()
-        finally:
-            self._receiving.free()
-            self._sending.free()
+        self._guard.close()
+
+    def _free_aios(self) -> None:
+        self._receiving.free()
+        self._sending.free()

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pynng
 
 from . import auth, codec, tls
+from .guard import SocketGuard
 from .nngio import Io, close_pipe
 
 log = logging.getLogger(__name__)
@@ -73,14 +74,11 @@ class Server:
         self._handshakes: dict[int, bytes | tuple[bytes, bytes]] = {}
         self._authenticated: set[int] = set()
         self._one_way_errors: dict[int, BaseException] = {}
-        self._closed = False
-        self._contexts: list[pynng.Context] = []
-        # no context is made once close() has begun: nng's close would wait for it forever
-        self._contexts_lock = threading.Lock()
         scheme = tls.SCHEME if use_tls else tls.PLAIN
         options = {"tls_config": tls.config(key, server=True)} if use_tls else {}
         self._sock = pynng.Rep0(recv_max_size=0, **options)
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
+        self._guard = SocketGuard(self._sock)
         bind_host = "0.0.0.0" if host not in ("127.0.0.1", "localhost", "::1") else host
         self._sock.listen(f"{scheme}{bind_host}:{port}")
         bound = str(self._sock.listeners[0].local_address)
@@ -91,28 +89,30 @@ class Server:
 
     # -- receiving ---------------------------------------------------------------
     def _serve(self) -> None:
-        sock = self._sock
-        while not self._closed:
+        guard = self._guard
+        while True:
             try:
                 ctx = self._idle.pop()
             except IndexError:
-                with self._contexts_lock:
-                    if self._closed:
-                        return
-                    try:
-                        ctx = Io(sock)
-                    except pynng.Closed:
-                        return
-                    self._contexts.append(ctx)
+                try:
+                    ctx = guard.open_context(Io)
+                except pynng.Closed:
+                    return
+                if ctx is None:
+                    return
+            if not guard.enter():
+                return
             try:
                 frame, peer, pipe = ctx.recv_frame()
             except pynng.Closed:
                 return
             except Exception:  # a context closed under us, or an nng internal error
-                if self._closed:
+                if guard.closing:
                     return
                 log.exception("receive failed")
                 continue
+            finally:
+                guard.leave()
             if peer in self._authenticated:
                 try:
                     flags = codec.flags_of(frame)
@@ -167,7 +167,11 @@ class Server:
     def _drop(self, peer: int, pipe, ctx: Io) -> None:
         if peer >= 0:
             self._handshakes.pop(peer, None)
-            close_pipe(pipe)
+            if self._guard.enter():
+                try:
+                    close_pipe(pipe)
+                finally:
+                    self._guard.leave()
         self._idle.append(ctx)
 
     def _pipe_removed(self, pipe: pynng.Pipe) -> None:
@@ -192,34 +196,23 @@ class Server:
     def _send(self, ctx: Io, frame) -> None:
         # the replying thread does not wait for nng to finish sending; the context
         # receives again (its own aio) and is taken last by the receiving loop
+        if not self._guard.enter():
+            return
         try:
             ctx.send_frame(frame, wait=False)
         except pynng.Closed:
             return
         except pynng.NNGException as exc:
             log.debug("reply not sent: %s", exc)
+        finally:
+            self._guard.leave()
         self._idle.appendleft(ctx)
 
     def close(self) -> None:
-        with self._contexts_lock:
-            if self._closed:
-                return
-            self._closed = True
-        close_socket(self._sock, self._contexts)
+        """Stop serving: calls under way on other threads end at once, and the socket
+        closes as soon as none is inside nng any more."""
+        if not self._guard.close():
+            return
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
-
-def close_socket(sock: pynng.Socket, contexts: list) -> None:
-    """Close ``contexts`` then ``sock``, quietly (pynng complains about contexts
-    that outlive their socket)."""
-    for ctx in list(contexts):
-        try:
-            ctx.close()
-        except pynng.NNGException:
-            ctx._context = None
-    contexts.clear()
-    try:
-        sock.close()
-    except Exception:
-        pass
