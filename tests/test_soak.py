@@ -28,7 +28,9 @@ def test_short_soak_survives_kills_and_counts_every_item(tmp_path):
         assert row["received"] > 0 and row["duplicated"] == 0, row
     for name in ("pool tasks", "pipe messages", "manager list items"):
         assert rows[name]["lost"] == 0, rows[name]
-    # the queue's losses are printed, not asserted: a consumer killed mid-read still takes
-    # the items forwarded to it over its link
+    # a consumer killed between its get() and passing the item on loses that one item (as
+    # with multiprocessing); what it had been sent ahead and not got goes back to the queue
+    queue = rows["queue items"]
+    assert queue["lost"] <= result["kills"].get("queue consumer", 0), (queue, result["kills"])
     assert sum(result["kills"].values()) >= 3, result["kills"]
     assert "lost" in done.stdout and "master RSS" in done.stdout

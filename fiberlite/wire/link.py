@@ -197,17 +197,20 @@ class Link:
 
     def recv_nowait(self):
         """The next frame if one has arrived, else None (no waiting, no aio)."""
-        if self._closed:
+        if not self._guard.enter():
             return None
-        holder = ffi.new("nng_msg **")
-        while not lib.nng_recvmsg(self._nng_socket, holder, lib.NNG_FLAG_NONBLOCK):
-            msg = holder[0]
-            pipe = lib.nng_msg_get_pipe(msg)
-            if pipe.id == self._peer:
-                return take_frame(msg)
-            lib.nng_msg_free(msg)  # from a connection that never proved the key
-            lib.nng_pipe_close(pipe)
-        return None
+        try:
+            holder = ffi.new("nng_msg **")
+            while not lib.nng_recvmsg(self._nng_socket, holder, lib.NNG_FLAG_NONBLOCK):
+                msg = holder[0]
+                pipe = lib.nng_msg_get_pipe(msg)
+                if pipe.id == self._peer:
+                    return take_frame(msg)
+                lib.nng_msg_free(msg)  # from a connection that never proved the key
+                lib.nng_pipe_close(pipe)
+            return None
+        finally:
+            self._guard.leave()
 
     def _receive(self, timeout_ms: int):
         """The next ``nng_msg`` (the caller frees it)."""
