@@ -52,8 +52,12 @@ import pytest
 
 import fiberlite
 import fiberlite.connection
+import fiberlite.managers
+import fiberlite.pool
 import fiberlite.queues
 import fiberlite.sharedctypes
+import fiberlite.shared_memory
+import fiberlite.util
 
 cpy = pytest.importorskip("test._test_multiprocessing")
 
@@ -76,6 +80,10 @@ class _AsMultiprocessing(types.ModuleType):
             setattr(self, name, getattr(fiberlite, name))
         self.queues = fiberlite.queues
         self.connection = fiberlite.connection
+        self.managers = fiberlite.managers
+        self.pool = fiberlite.pool
+        self.shared_memory = fiberlite.shared_memory
+        self.util = fiberlite.util
 
     def __reduce__(self):  # targets pickled by value may refer to it: same view in the job
         return (_as_multiprocessing, ())
@@ -111,12 +119,12 @@ class FiberliteMixin(cpy.ProcessesMixin):
 
     TYPE = "processes"
     Process = fiberlite.Process
-    connection = None  # Listener/Client: not in fiberlite
+    connection = fiberlite.connection
     current_process = _api("current_process")
     parent_process = _api("parent_process")
     active_children = _api("active_children")
     set_executable = _api("set_executable")
-    Pool = _missing("Pool in this test file")
+    Pool = _api("Pool")
     Pipe = _api("Pipe")
     Queue = _api("Queue")
     JoinableQueue = _api("JoinableQueue")
@@ -168,10 +176,6 @@ def select(not_applicable: dict | None = None, missing: dict | None = None,
     not_applicable={
         "test_forkserver_sigint": FORKSERVER,
         "test_forkserver_sigkill": FORKSERVER,
-    },
-    gaps={
-        "test_parent_process": "by design: a job exits as soon as its parent is gone (no "
-                               "orphans), so the grandchild never reports 'not alive'",
     },
     slow={
         "test_many_processes": "10 jobs",
@@ -319,3 +323,149 @@ class TestPicklingConnections(FiberliteMixin, cpy._TestPicklingConnections, unit
 class TestIgnoreEINTR(cpy.TestIgnoreEINTR):
     def setUp(self):
         _use_fiberlite(self)
+
+
+# -- listeners ------------------------------------------------------------------------------
+@select(not_applicable={"test_abstract_socket": "a Linux abstract Unix socket: reachable only "
+                                                "on this machine, and jobs may be elsewhere"})
+class TestListener(FiberliteMixin, cpy._TestListener, unittest.TestCase):
+    pass
+
+
+class TestListenerClient(FiberliteMixin, cpy._TestListenerClient, unittest.TestCase):
+    pass
+
+
+# -- pools ----------------------------------------------------------------------------------
+class _OwnPool:
+    """CPython's ``_TestPool`` creates its pool in ``setUpClass``, which the mixin
+    replaces: run its own. The pool's jobs live until ``tearDownClass``."""
+
+    jobs_kept_by_class = True
+
+    @classmethod
+    def setUpClass(cls):
+        cpy._TestPool.__dict__["setUpClass"].__func__(cls)
+
+    @classmethod
+    def tearDownClass(cls):
+        cpy._TestPool.__dict__["tearDownClass"].__func__(cls)
+
+
+@select(
+    not_applicable={
+        "test_map_unplicklable": "cloudpickle pickles what the stdlib cannot (a class with "
+                                 "a __reduce__ that raises is still refused: pool tests)",
+    },
+    slow={"test_terminate": "a pool of 4 more jobs", "test_imap_handle_iterable_exception": "4 maps",
+          "test_context": "a pool of 2 more jobs", "test_enter": "a pool of 1 more job",
+          "test_resource_warning": "a pool of 1 more job"})
+class TestPool(_OwnPool, FiberliteMixin, cpy._TestPool, unittest.TestCase):
+    pass
+
+
+@select(not_applicable={"test_unpickleable_result": "its result is a lambda, which cloudpickle "
+                                                   "pickles: no MaybeEncodingError"})
+class TestPoolWorkerErrors(FiberliteMixin, cpy._TestPoolWorkerErrors, unittest.TestCase):
+    pass
+
+
+@select(slow={"test_pool_worker_lifetime": "~15 worker replacements",
+              "test_worker_finalization_via_atexit_handler_of_multiprocessing":
+                  "a script run in a new interpreter"})
+class TestPoolWorkerLifetime(FiberliteMixin, cpy._TestPoolWorkerLifetime, unittest.TestCase):
+    pass
+
+
+# -- managers -------------------------------------------------------------------------------
+class FiberliteQueueManager(fiberlite.managers.BaseManager):
+    """CPython's ``QueueManager`` on fiberlite's ``BaseManager``."""
+
+
+FiberliteQueueManager.register("get_queue", callable=cpy.get_queue)
+
+
+class FiberliteMyManager(fiberlite.managers.BaseManager):
+    """CPython's ``MyManager`` on fiberlite's ``BaseManager``."""
+
+
+FiberliteMyManager.register("Foo", callable=cpy.FooBar)
+FiberliteMyManager.register("Bar", callable=cpy.FooBar, exposed=("f", "_h"))
+FiberliteMyManager.register("baz", callable=cpy.baz, proxytype=fiberlite.managers.IteratorProxy)
+
+
+def _use_fiberlite_managers(case: unittest.TestCase) -> None:
+    case.enterContext(mock.patch.object(cpy, "QueueManager", FiberliteQueueManager))
+    case.enterContext(mock.patch.object(cpy, "MyManager", FiberliteMyManager))
+    case.enterContext(mock.patch.object(cpy, "RemoteError", fiberlite.managers.RemoteError))
+    case.enterContext(mock.patch.object(cpy, "SERIALIZER", "pickle"))
+
+
+class TestManagerRestart(FiberliteMixin, cpy._TestManagerRestart, unittest.TestCase):
+    # CPython's helper names the stdlib's QueueManager in the job; its serializer is
+    # xmlrpclib, fiberlite's pickle
+    @classmethod
+    def _putter(cls, address, authkey):
+        manager = FiberliteQueueManager(address=address, authkey=authkey)
+        manager.connect()
+        manager.get_queue().put("hello world")
+
+    def setUp(self):
+        super().setUp()
+        _use_fiberlite_managers(self)
+
+
+class FiberliteManagerMixin(cpy.ManagerMixin):
+    """What CPython's ``ManagerMixin`` binds, on ``fiberlite.Manager()``."""
+
+    Process = fiberlite.Process
+    connection = fiberlite.connection
+    current_process = _api("current_process")
+    active_children = _api("active_children")
+
+    @classmethod
+    def setUpClass(cls):  # a manager per test (below): no job outlives its test
+        pass
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+    def setUp(self):
+        _use_fiberlite(self)
+        _use_fiberlite_managers(self)
+        self.manager = fiberlite.Manager()
+        self.addCleanup(self.manager.shutdown)
+        super().setUp()
+
+
+class TestContainers(FiberliteManagerMixin, cpy._TestContainers, unittest.TestCase):
+    pass
+
+
+class TestMyManager(FiberliteManagerMixin, cpy._TestMyManager, unittest.TestCase):
+    pass
+
+
+@select(not_applicable={"test_remote": "checks the xmlrpclib serializer (a tuple comes back "
+                                       "a list, a function cannot be sent); fiberlite pickles "
+                                       "only: tests/managers/test_remote_managers.py"})
+class TestRemoteManager(FiberliteManagerMixin, cpy._TestRemoteManager, unittest.TestCase):
+    pass
+
+
+# -- logging and the modules ------------------------------------------------------------------
+class TestLogging(FiberliteMixin, cpy._TestLogging, unittest.TestCase):
+    pass
+
+
+class TestImportStar(unittest.TestCase):
+    """CPython's check that every name of a module's ``__all__`` exists, on fiberlite's."""
+
+    test_import = cpy._TestImportStar.test_import
+
+    def get_module_names(self):
+        return ["multiprocessing.popen_spawn_win32",  # CPython's test removes this one
+                "fiberlite", "fiberlite.connection", "fiberlite.pool", "fiberlite.managers",
+                "fiberlite.queues", "fiberlite.sharedctypes", "fiberlite.synchronize",
+                "fiberlite.util", "fiberlite.dummy", "fiberlite.shared_memory"]
