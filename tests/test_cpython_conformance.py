@@ -114,7 +114,20 @@ def _api(name: str):
     return staticmethod(getattr(fiberlite, name))
 
 
-class FiberliteMixin(cpy.ProcessesMixin):
+class _NoClassFixtures:
+    """CPython's mixins look for the stdlib's dangling processes (and make a manager)
+    once per class; jobs here are made and ended by each test."""
+
+    @classmethod
+    def setUpClass(cls):
+        pass
+
+    @classmethod
+    def tearDownClass(cls):
+        pass
+
+
+class FiberliteMixin(_NoClassFixtures, cpy.ProcessesMixin):
     """What CPython's ``ProcessesMixin`` binds, bound to fiberlite."""
 
     TYPE = "processes"
@@ -139,14 +152,6 @@ class FiberliteMixin(cpy.ProcessesMixin):
     Array = _api("Array")
     RawValue = _api("RawValue")
     RawArray = _api("RawArray")
-
-    @classmethod
-    def setUpClass(cls):  # CPython's looks for the stdlib's dangling processes
-        pass
-
-    @classmethod
-    def tearDownClass(cls):
-        pass
 
     def setUp(self):
         _use_fiberlite(self)
@@ -415,7 +420,7 @@ class TestManagerRestart(FiberliteMixin, cpy._TestManagerRestart, unittest.TestC
         _use_fiberlite_managers(self)
 
 
-class FiberliteManagerMixin(cpy.ManagerMixin):
+class FiberliteManagerMixin(_NoClassFixtures, cpy.ManagerMixin):
     """What CPython's ``ManagerMixin`` binds, on ``fiberlite.Manager()``."""
 
     Process = fiberlite.Process
@@ -423,15 +428,7 @@ class FiberliteManagerMixin(cpy.ManagerMixin):
     current_process = _api("current_process")
     active_children = _api("active_children")
 
-    @classmethod
-    def setUpClass(cls):  # a manager per test (below): no job outlives its test
-        pass
-
-    @classmethod
-    def tearDownClass(cls):
-        pass
-
-    def setUp(self):
+    def setUp(self):  # a manager per test: no job outlives its test
         _use_fiberlite(self)
         _use_fiberlite_managers(self)
         self.manager = fiberlite.Manager()
