@@ -466,3 +466,57 @@ class TestImportStar(unittest.TestCase):
                 "fiberlite", "fiberlite.connection", "fiberlite.pool", "fiberlite.managers",
                 "fiberlite.queues", "fiberlite.sharedctypes", "fiberlite.synchronize",
                 "fiberlite.util", "fiberlite.dummy", "fiberlite.shared_memory"]
+
+
+# -- the synchronization, queue and pool tests on a manager's objects ---------------------------
+def slow_class(why: str):
+    """Skip a whole class unless FIBERLITE_CONFORMANCE_SLOW=1 (a manager job per test)."""
+    return unittest.skipUnless(RUN_SLOW, f"slow ({why}): FIBERLITE_CONFORMANCE_SLOW=1 runs it")
+
+
+@slow_class("10 tests")
+@select(not_applicable={
+    "test_no_import_lock_contention":
+        "the module it writes and imports uses the stdlib's multiprocessing by name",
+    "test_queue_feeder_donot_stop_onexc": FEEDER,
+    "test_queue_feeder_on_queue_feeder_error": FEEDER,
+})
+class TestManagerQueue(FiberliteManagerMixin, cpy._TestQueue, unittest.TestCase):
+    pass
+
+
+@slow_class("3 tests")
+class TestManagerLock(FiberliteManagerMixin, cpy._TestLock, unittest.TestCase):
+    pass
+
+
+@slow_class("3 tests")
+class TestManagerSemaphore(FiberliteManagerMixin, cpy._TestSemaphore, unittest.TestCase):
+    pass
+
+
+@slow_class("7 tests")
+class TestManagerCondition(FiberliteManagerMixin, cpy._TestCondition, unittest.TestCase):
+    pass
+
+
+@slow_class("2 tests")
+class TestManagerEvent(FiberliteManagerMixin, cpy._TestEvent, unittest.TestCase):
+    pass
+
+
+@slow_class("11 tests")
+class TestManagerBarrier(FiberliteManagerMixin, cpy._TestBarrier, unittest.TestCase):
+    pass
+
+
+@slow_class("25 tests")
+@select(gaps={"test_make_pool": "by design: an error raised by a constructor in the manager "
+                                "keeps its type (ValueError), where the stdlib raises RemoteError"})
+class TestManagerPool(FiberliteManagerMixin, cpy._TestPool, unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        self.pool = self.manager.Pool(4)  # CPython makes it once per class
+
+    def Pool(self, *args, **kwds):  # CPython's reads the manager made once per class
+        return self.manager.Pool(*args, **kwds)
