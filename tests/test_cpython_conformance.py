@@ -24,14 +24,13 @@ Each skipped test has one of three kinds of reason:
 A few passing tests that start many jobs are left out of the default run to keep this
 file near a minute on 2 cores (reason ``slow``); ``FIBERLITE_CONFORMANCE_SLOW=1`` runs them.
 
-TODO — documented behaviour that fails (measured on the local backend):
+Documented behaviour that fails: none in the default run. Left out by design (and
+said in docs/multiprocessing.md): the xmlrpclib serializer (``test_remote``), a result
+the stdlib cannot pickle (``test_unpickleable_result``, ``test_map_unplicklable``), and a
+manager constructor's error keeping its type (``TestManagerPool.test_make_pool``).
 
-1. ``TestProcess.test_parent_process`` (by design): a grandchild must outlive its
-   killed parent and see ``parent_process().is_alive()`` become False; a fiberlite job
-   exits as soon as its parent's hub is gone (no orphans), so it never reports.
-
-Missing API met on the way: none left (``connection.Listener``/``Client``/``wait`` and
-``sharedctypes.copy`` were added).
+The classes that run CPython's tests on a manager's objects (``TestManager*``: a manager
+job per test) are in the slow set.
 
 Adaptations (helpers that name the stdlib directly or read its private state):
 ``_TestProcess``'s two child helpers that import the stdlib's ``parent_process``;
@@ -39,7 +38,9 @@ Adaptations (helpers that name the stdlib directly or read its private state):
 here: its repr must report 0 sleepers, the stdlib's repr format); ``_TestBarrier``'s
 ``DummyList`` (a counter in stdlib heap memory passed by fd; here: a ``Value``);
 ``_UpperCaser`` (CPython's methods on a fiberlite ``Process`` base); module-level
-``Value`` in ``_TestSharedCTypes``.
+``Value`` in ``_TestSharedCTypes``; CPython's ``QueueManager``/``MyManager`` (on the
+stdlib's ``BaseManager``) and ``_TestManagerRestart._putter``, which names it in the job;
+``_TestImportStar``'s module list (fiberlite's modules).
 """
 from __future__ import annotations
 
