@@ -247,3 +247,31 @@ def test_iterating_a_list_proxy_sees_changes_made_during_the_iteration():
         it = iter(shared)
         shared[0] = 7
         assert list(it) == [7, 100, 3]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_a_manager_server_in_a_container_is_reached_by_address_from_outside_the_run():
+    from docker_env import ensure_docker
+    from fiberlite import config
+    image = ensure_docker()  # RuntimeError with the reason when Docker cannot be provisioned
+    saved = dict(config._overrides)
+    fiberlite.init(image=image)
+    try:
+        key = os.urandom(32)
+        manager = QueueManager(address=("127.0.0.1", 0), authkey=key,
+                               ctx=fiberlite.get_context("docker"))
+        manager.start()
+        try:
+            assert os.environ.get("FIBERLITE_DOCKER_CONTAINER") is None
+            outside = run_outside(manager.address, key, 0, 30)
+            assert outside.returncode == 0, outside.stdout + outside.stderr
+            q = manager.get_queue()
+            assert drain(q, 30) == list(range(30)) and q.qsize() == 0
+        finally:
+            manager.shutdown()
+        assert manager._process.exitcode is not None
+    finally:
+        config._overrides.clear()
+        config._overrides.update(saved)
+        config.init()
