@@ -72,18 +72,12 @@ class BaseContext:
         """Connections always pickle; nothing to do."""
 
     def get_logger(self):
-        import logging
-        return logging.getLogger("fiberlite")
+        from .util import get_logger
+        return get_logger()
 
     def log_to_stderr(self, level: int | None = None):
-        import logging
-        logger = self.get_logger()
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("[%(levelname)s/%(processName)s] %(message)s"))
-        logger.addHandler(handler)
-        if level:
-            logger.setLevel(level)
-        return logger
+        from .util import log_to_stderr
+        return log_to_stderr(level)
 
     # -- start methods and contexts -----------------------------------------------------------
     def get_context(self, method: str | None = None) -> "BaseContext":
@@ -191,9 +185,9 @@ class BaseContext:
         from .pool.pool import Pool
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
 
-    def Manager(self):
+    def Manager(self, address: Any = None, authkey: bytes | None = None):
         from .managers.manager import SyncManager
-        manager = SyncManager(ctx=self)
+        manager = SyncManager(address, authkey, ctx=self)
         manager.start()
         return manager
 

@@ -22,6 +22,8 @@ from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
 from .runtime.linkhost import LinkingServant
 from .wire.codec import Payload
 
+__all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
+
 Empty = queue.Empty
 Full = queue.Full
 

@@ -33,10 +33,13 @@ def waiting_jobs():
 
 
 @pytest.fixture(autouse=True)
-def _no_leftover_children():
-    """Fail a test that leaves running child jobs behind (and clean them up)."""
+def _no_leftover_children(request):
+    """Fail a test that leaves running child jobs behind (and clean them up); a test
+    class with ``jobs_kept_by_class = True`` ends its jobs in its ``tearDownClass``."""
     import fiberlite
     yield
+    if getattr(request.cls, "jobs_kept_by_class", False):
+        return
     left = fiberlite.active_children()
     for child in left:
         child.kill()

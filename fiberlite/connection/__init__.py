@@ -7,9 +7,9 @@
 - :mod:`.listener`: ``Listener`` and ``Client``, jobs that find each other by address.
 """
 from ..errors import AuthenticationError, BufferTooShort
-from .listener import Client, Listener, SocketConnection
+from .listener import Client, Listener, SocketConnection, default_family, families
 from .pipe import Connection, Pipe
 from .waiting import wait
 
 __all__ = ["Pipe", "Connection", "wait", "Listener", "Client", "SocketConnection",
-           "AuthenticationError", "BufferTooShort"]
+           "AuthenticationError", "BufferTooShort", "families", "default_family"]

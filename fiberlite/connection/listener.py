@@ -9,51 +9,108 @@ so functions and classes of ``__main__`` travel by value, as everywhere in fiber
 
 The connection is a plain TCP socket between the two processes: it cannot be sent to
 another job (send the address and connect there instead).
+
+A ``Client`` of a ``Listener`` of its own process (``with Listener() as l:`` then
+``Client(l.address)`` on the same thread, before ``l.accept()``) cannot wait for the
+challenge, which only ``accept()`` answers: it returns at once and proves the key in
+the background; what it sends meanwhile is held until the key is proven, and reading
+waits for it.
 """
 from __future__ import annotations
 
 import multiprocessing.connection as _stdlib
 import pickle
+import threading
 from typing import Any
 
 from ..errors import AuthenticationError
 from ..wire.codec import dumps_bytes
 
 Address = Any  # (host, port) for TCP; a path for a Unix socket
+families = ["AF_INET", "AF_UNIX"]
+default_family = "AF_INET"  # other jobs may run on other machines
+
+_own_listeners: set = set()  # addresses of this process's open listeners
 
 
 class SocketConnection:
     """One end of a Listener/Client connection (the ``Connection`` API)."""
 
-    def __init__(self, conn: _stdlib.Connection) -> None:
+    def __init__(self, conn: _stdlib.Connection, authkey: bytes | None = None) -> None:
+        """``authkey``: prove it (as a client) in the background before use."""
         self._conn = conn
+        self._proven = threading.Event()
+        self._failure: BaseException | None = None
+        self._held: list[bytes] = []  # sent before the key was proven
+        self._lock = threading.Lock()
+        if authkey is None:
+            self._proven.set()
+        else:
+            threading.Thread(target=self._prove, args=(authkey,), daemon=True,
+                             name="fiberlite-client-challenge").start()
+
+    def _prove(self, authkey: bytes) -> None:
+        try:
+            _stdlib.answer_challenge(self._conn, authkey)
+            _stdlib.deliver_challenge(self._conn, authkey)
+            with self._lock:
+                for data in self._held:
+                    self._conn.send_bytes(data)
+                self._held.clear()
+        except _stdlib.AuthenticationError as exc:
+            self._failure = AuthenticationError(f"the listener refused this process's key: {exc}")
+        except (OSError, EOFError) as exc:
+            self._failure = exc
+        self._proven.set()
+
+    def _ready(self, timeout: float | None = None) -> bool:
+        """Wait until the key is proven (False: not within ``timeout``)."""
+        if not self._proven.wait(timeout):
+            return False
+        if self._failure is not None:
+            raise self._failure
+        return True
 
     # -- objects --------------------------------------------------------------------------
     def send(self, obj: Any) -> None:
         """Send a picklable object (functions and classes of ``__main__`` by value)."""
-        self._conn.send_bytes(dumps_bytes(obj))
+        self.send_bytes(dumps_bytes(obj))
 
     def recv(self) -> Any:
         """Return the next object sent by the other end (``EOFError`` once it is closed)."""
-        return pickle.loads(self._conn.recv_bytes())
+        return pickle.loads(self.recv_bytes())
 
     # -- bytes and the rest, as the standard library's Connection -----------------------------
     def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
+        if not self._proven.is_set():
+            with self._lock:
+                if not self._proven.is_set():
+                    view = memoryview(buf).cast("B")
+                    self._held.append(bytes(view[offset:None if size is None else offset + size]))
+                    return
+        self._ready()
         self._conn.send_bytes(buf, offset, size)
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        self._ready()
         return self._conn.recv_bytes(maxlength)
 
     def recv_bytes_into(self, buf: Any, offset: int = 0) -> int:
+        self._ready()
         return self._conn.recv_bytes_into(buf, offset)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
+        if not self._ready(timeout):
+            return False
         return self._conn.poll(timeout)
 
     def fileno(self) -> int:
+        self._ready()
         return self._conn.fileno()
 
     def close(self) -> None:
+        if self._held:
+            self._proven.wait()  # what was sent goes out once the listener accepts
         self._conn.close()
 
     @property
@@ -107,9 +164,12 @@ class Listener:
 
     def __init__(self, address: Address = None, family: str | None = None, backlog: int = 1,
                  authkey: bytes | None = None) -> None:
+        if family is not None and family not in families:
+            raise ValueError(f"unknown family {family!r}: use one of {families}")
         if address is None and family in (None, "AF_INET"):
             address = _default_address()
         self._listener = _stdlib.Listener(address, family, backlog, _key(authkey))
+        _own_listeners.add(self._listener.address)
 
     def accept(self) -> SocketConnection:
         """Wait for a connection whose peer proves it holds the key."""
@@ -119,6 +179,7 @@ class Listener:
             raise AuthenticationError(f"a client of {self.address} failed authentication: {exc}") from None
 
     def close(self) -> None:
+        _own_listeners.discard(self._listener.address)
         self._listener.close()
 
     @property
@@ -142,8 +203,11 @@ class Listener:
 
 def Client(address: Address, family: str | None = None, authkey: bytes | None = None) -> SocketConnection:
     """Connect to the :class:`Listener` at ``address``; both sides prove they hold the key."""
+    key = _key(authkey)
     try:
-        return SocketConnection(_stdlib.Client(address, family, _key(authkey)))
+        if address in _own_listeners:  # accept() may come later on this very thread
+            return SocketConnection(_stdlib.Client(address, family, None), authkey=key)
+        return SocketConnection(_stdlib.Client(address, family, key))
     except _stdlib.AuthenticationError as exc:
         raise AuthenticationError(f"{address!r} refused this process's key: {exc}") from None
     except ConnectionRefusedError:

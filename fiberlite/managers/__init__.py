@@ -18,29 +18,33 @@ from there, over the run's authenticated connections.
   type, the server's traceback attached as ``__cause__``
   (:class:`~fiberlite.errors.RemoteTraceback`).
 
-Differences from ``multiprocessing.managers``: the server listens on its job's hub
-address with the run's key, so ``address`` must be None, ``authkey`` is ignored, and
-``connect()`` / ``get_server()`` are not supported: a manager is reached only through
-proxies, by jobs of the run that started it.
+Without an address, the server is served by its job's hub with the run's key and is
+reached through proxies, by jobs of the run. With ``address=(host, port)``, it listens
+there with ``authkey`` (default: the run's key) and any process that holds the key can
+``connect()`` to it, inside the run or not (:mod:`.remote`); ``get_server()`` serves it
+from the calling process instead of a job.
 
 The modules, from the server out:
 
 - :mod:`.server`: what runs in the manager's job: ``ManagerServer`` and its threads;
 - :mod:`.calls`: ``Token`` and calling a server from any job, shared by the two below;
 - :mod:`.proxies`: ``BaseProxy``, ``AutoProxy`` and the proxy types of ``SyncManager``;
+- :mod:`.remote`: serving a manager at an address with its own key;
 - :mod:`.manager`: ``BaseManager`` and ``SyncManager``, which start the server job.
 """
 from ..errors import RemoteTraceback
-from .calls import Token
+from .calls import NotExposedError, RemoteError, Token
 from .manager import Array, BaseManager, Namespace, SyncManager, Value
 from .proxies import (AcquirerProxy, ArrayProxy, AutoProxy, BarrierProxy, BaseDictProxy,
                       BaseListProxy, BasePoolProxy, BaseProxy, ConditionProxy, DictProxy,
                       EventProxy, IteratorProxy, ListProxy, MakeProxyType, NamespaceProxy,
                       PoolProxy, RebuildProxy, ValueProxy)
+from .remote import Server
 from .server import public_methods
 
 __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "Namespace", "Value", "Array",
            "public_methods", "RebuildProxy", "MakeProxyType", "AutoProxy", "IteratorProxy",
            "AcquirerProxy", "ConditionProxy", "EventProxy", "BarrierProxy", "NamespaceProxy",
            "ValueProxy", "ArrayProxy", "BaseListProxy", "ListProxy", "BaseDictProxy",
-           "DictProxy", "BasePoolProxy", "PoolProxy", "RemoteTraceback"]
+           "DictProxy", "BasePoolProxy", "PoolProxy", "RemoteTraceback", "RemoteError",
+           "NotExposedError", "Server"]

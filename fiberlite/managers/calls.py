@@ -18,10 +18,22 @@ import pynng
 
 from ..errors import ConnectionLost, RemoteTraceback
 from ..runtime.finalizing import CastQueue
-from ..runtime.hub import connect, ObjectRef
+from ..runtime.hub import ObjectRef
 from ..wire.codec import Payload
 
-__all__ = ["Token"]
+__all__ = ["Token", "RemoteError", "NotExposedError"]
+
+
+class RemoteError(Exception):
+    """An error reported by a manager's server (``multiprocessing.managers.RemoteError``)."""
+
+    def __str__(self) -> str:
+        text = str(self.args[0]) if self.args else ""
+        return "\n" + "-" * 75 + "\n" + text + "\n" + "-" * 75
+
+
+class NotExposedError(RemoteError, AttributeError):
+    """A proxy called a method its object does not expose."""
 
 
 class Token:
@@ -68,7 +80,7 @@ def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
         raise _gone(address)
     try:
         if not ref.is_local:
-            client = connect(address)
+            client = ref.connection()
             if _watched.get(address) is not client:
                 _watched[address] = client
                 client.on_lost(lambda: _dead.add(address))

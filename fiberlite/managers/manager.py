@@ -24,6 +24,7 @@ from .calls import Token, _caller, _dead, _raise_remote, _sending, _server_call,
 from .proxies import (AcquirerProxy, ArrayProxy, AutoProxy, BarrierProxy, BaseProxy,
                       ConditionProxy, DictProxy, EventProxy, IteratorProxy, ListProxy,
                       NamespaceProxy, PoolProxy, ValueProxy)
+from .remote import SERVER_OID, KeyedRef, Server, check_address, check_authkey, url_of
 from .server import _serve
 
 __all__ = ["BaseManager", "SyncManager", "Namespace", "Value", "Array"]
@@ -126,15 +127,13 @@ class BaseManager:
     def __init__(self, address: Any = None, authkey: bytes | None = None,
                  serializer: str = "pickle", ctx: Any = None, *,
                  shutdown_timeout: float = 5.0) -> None:
-        if address is not None:
-            raise ValueError(
-                "fiberlite managers listen on their job's own address, chosen by the backend; "
-                "pass address=None and hand proxies to other jobs (connecting to a manager "
-                "by address is not supported)")
         if serializer != "pickle":
             raise ValueError(f"unsupported serializer {serializer!r}: only 'pickle' is available")
+        # with an address, the server listens there and checks authkey (default: the
+        # run's key); without, it is reached through its job's hub with the run's key
+        self._address = check_address(address) if address is not None else None
+        self._authkey = check_authkey(authkey)
         self._ctx = ctx
-        self._authkey = authkey  # accepted for compatibility; connections use the run's key
         self._shutdown_timeout = shutdown_timeout
         self._state = _State()
         self._process: Any = None
@@ -152,8 +151,9 @@ class BaseManager:
             raise TypeError("initializer must be a callable")
         from ..connection.pipe import Pipe
         control, job_end = Pipe()
-        process = (Process if self._ctx is None else self._ctx.Process)(target=_serve, args=(self._registry, job_end, initializer,
-                                                         tuple(initargs)), daemon=True)
+        process = (Process if self._ctx is None else self._ctx.Process)(
+            target=_serve, daemon=True, args=(self._registry, job_end, initializer,
+                                              tuple(initargs), self._address, self._authkey))
         process.name = f"{type(self).__name__}-{':'.join(str(i) for i in process._identity)}"
         process.start()
         job_end.close()
@@ -166,12 +166,17 @@ class BaseManager:
                 server = control.recv()
         except EOFError:
             pass
+        if isinstance(server, tuple) and process.exitcode is None:  # listening at an address
+            self._address = server
+            server = self._keyed_ref()
         if not isinstance(server, ObjectRef) or process.exitcode is not None:
             control.close()
             process.join(self._shutdown_timeout)
             if process.is_alive():
                 process.kill()
                 process.join()
+            if isinstance(server, OSError):
+                raise server
             raise ProcessError(f"the manager job {process.name} exited with code "
                                f"{process.exitcode} before it was ready (see its output)")
         self._process, self._server = process, server
@@ -192,18 +197,38 @@ class BaseManager:
             self._process.join(timeout)
 
     def connect(self) -> None:
-        """Not supported: a fiberlite manager is used only through proxies of the run."""
-        raise NotImplementedError(
-            "fiberlite managers cannot be connected to by address; start() the manager and "
-            "pass its proxies (they pickle) to the jobs that need them")
+        """Use the manager serving at this manager's address (started elsewhere, by
+        ``start()`` or ``get_server().serve_forever()``), proving its ``authkey``."""
+        if self._address is None:
+            raise ValueError("connect() needs the manager's address: "
+                             "BaseManager(address=(host, port), authkey=...)")
+        server = self._keyed_ref()
+        _server_call(server, "count")  # fails here on a wrong key or nothing listening
+        self._server = server
+        self._state.value = _State.STARTED
 
-    def get_server(self) -> None:
-        """Not supported: the server always runs as a job (use start())."""
-        raise NotImplementedError("fiberlite managers run their server as a job: use start()")
+    def get_server(self) -> Server:
+        """A server for this manager's types at its address, run in this process by
+        ``serve_forever()``."""
+        if self._address is None:
+            raise ValueError("get_server() needs an address to listen at: "
+                             "BaseManager(address=(host, port), authkey=...)")
+        if self._state.value != _State.INITIAL:
+            raise ProcessError("the manager has already been started or connected")
+        return Server(self._registry, self._address, self._authkey)
+
+    def _keyed_ref(self) -> KeyedRef:
+        url = url_of(self._address)
+        with _sending:  # a manager at an address that was shut down may be back
+            _dead.discard(url)
+        return KeyedRef(url, SERVER_OID, self._authkey)
 
     @property
-    def address(self) -> str | None:
-        """The address of the server job's hub, once started."""
+    def address(self) -> Any:
+        """``(host, port)`` for a manager given an address (with the port it listens
+        on once started), else its job's hub address once started."""
+        if self._address is not None:
+            return self._address
         return self._server.address if self._server is not None else None
 
     def __enter__(self) -> "BaseManager":

@@ -261,10 +261,8 @@ BaseListProxy = MakeProxyType("BaseListProxy", _LIST_METHODS)
 
 
 class ListProxy(BaseListProxy):
-    """A shared list; iterating takes a snapshot of it."""
-
-    def __iter__(self):
-        return iter(self._getvalue())
+    """A shared list; iterating reads one item at a time (``__getitem__``), so it sees
+    items changed during the iteration, as the standard library's does."""
 
     def __iadd__(self, value: Any) -> "ListProxy":
         self._callmethod("extend", (value,))

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..process import current_process
 from ..runtime.hub import Servant, get_hub
 from ..wire.codec import Payload
+from .calls import NotExposedError
 
 __all__ = ["ManagerServer", "public_methods"]
 
@@ -73,6 +74,7 @@ class ManagerServer(Servant):
         self._transit: collections.Counter = collections.Counter()  # pickled, not yet unpickled
         self._held: dict[int, collections.Counter] = {}  # peer -> object id -> references
         self._workers: dict[tuple[int, int], _Worker] = {}
+        self.stop_requested = threading.Event()  # a client called shutdown
 
     # -- operations answered on the hub thread ------------------------------------------------
     def op_create(self, request, caller: int, typeid: str, payload: Payload) -> None:
@@ -125,6 +127,11 @@ class ManagerServer(Servant):
             request.fail(ReferenceError(f"shared object {oid} no longer exists in the manager"))
         else:
             request.reply(entry[1])
+
+    def op_shutdown(self, request) -> None:
+        """A client asks the server to stop (``serve_forever`` returns)."""
+        self.stop_requested.set()
+        request.reply()
 
     def op_count(self, request) -> None:
         request.reply(len(self._objects))
@@ -210,8 +217,8 @@ class ManagerServer(Servant):
         if method == "#GETVALUE":
             return ("ok", obj)
         if method not in exposed and method not in _ALWAYS:
-            raise AttributeError(f"method {method!r} of {type(obj).__name__!r} object is not "
-                                 f"in exposed={exposed!r}")
+            raise NotExposedError(f"method {method!r} of {type(obj).__name__!r} object is not "
+                                  f"in exposed={exposed!r}")
         args, kwds = payload.unpack()
         result = getattr(obj, method)(*args, **kwds)
         method_to_typeid = self._registry[typeid][2] if typeid in self._registry else None
@@ -248,21 +255,35 @@ def _error_payload(exc: BaseException) -> Payload:
 
 
 def _serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | None,
-           initargs: tuple) -> None:
+           initargs: tuple, address: tuple[str, int] | None = None,
+           authkey: bytes | None = None) -> None:
     """The manager job: serve the shared objects until the manager says stop.
 
     ``control`` is this job's end of a pipe served by the manager's process: the job
-    sends its server's reference on it, then waits on it for "stop" (or EOF).
+    sends its server's reference on it (with ``address``: the address it listens at,
+    with ``authkey``), then waits on it for "stop" (or EOF).
     """
+    from .remote import AddressListener
     # The job is daemonic for its parent (terminated, not joined, at exit) but may start
     # jobs of its own, as a Pool held by the manager does.
     current_process()._daemonic = False
     if initializer is not None:
         initializer(*initargs)
     server = ManagerServer(registry)
-    control.send(get_hub().register(server))
+    listener = None
+    if address is None:
+        control.send(get_hub().register(server))
+    else:
+        try:
+            listener = AddressListener(server, address, authkey)
+        except OSError as exc:
+            control.send(exc)
+            return
+        control.send(listener.address)
     try:
         control.recv()
     except EOFError:
         pass
+    if listener is not None:
+        listener.close()
     server.close()

@@ -10,13 +10,17 @@
 - :mod:`.packing`: how many workers one job runs; :mod:`.host`: a job that runs many,
   forked from its :mod:`.template`; :mod:`.relay`: the master's end of the hosts.
 
-``WorkerLostError`` and ``BrokenPoolError`` are defined in :mod:`fiberlite.errors`.
+``WorkerLostError``, ``BrokenPoolError`` and ``RemoteTraceback`` (the ``__cause__`` of
+an exception re-raised from a task) are defined in :mod:`fiberlite.errors`.
+``ThreadPool`` is the standard library's: threads of this process, no jobs.
 """
-from ..errors import BrokenPoolError, WorkerLostError
+from multiprocessing.pool import ThreadPool
+
+from ..errors import BrokenPoolError, RemoteTraceback, WorkerLostError
 from .pool import CLOSE, RUN, TERMINATE, MaybeEncodingError, Pool
 from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
                       MapResult)
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "MaybeEncodingError", "BrokenPoolError", "WorkerLostError",
-           "RUN", "CLOSE", "TERMINATE"]
+           "RUN", "CLOSE", "TERMINATE", "RemoteTraceback", "ThreadPool"]

@@ -109,7 +109,8 @@ class Core:
                 batch, self._deliveries = self._deliveries, []
             for values, entries in batch:
                 self._apply(values, entries)
-            del batch
+            # nothing of the results just delivered is kept while waiting for the next
+            batch = values = entries = None
 
     @staticmethod
     def _apply(values: Any, entries: list) -> None:

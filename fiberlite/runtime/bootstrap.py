@@ -8,10 +8,14 @@ machine vanished), the parent is gone and the job exits too: no orphans.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
 import types
+
+
+PARENT_GONE_GRACE = 2.0  # seconds a job runs on once its parent is gone
 
 
 def _fail(message: str) -> None:
@@ -27,6 +31,8 @@ def _prepare(prep: dict) -> None:
     if os.path.isdir(prep["cwd"]):
         os.chdir(prep["cwd"])
     config.adopt(prep["settings"])
+    config.settings()  # resolved now: it sets the logger's level from log_level, then
+    logging.getLogger("fiberlite").setLevel(prep["log_level"])  # the parent's level wins
     # functions and classes of the parent's __main__ arrive by value; give them a clean home
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -64,8 +70,12 @@ def main() -> None:
     lost = threading.Event()
 
     def parent_gone() -> None:
-        lost.set()
-        _fail(f"the parent job at {address} is gone; exiting")
+        lost.set()  # parent_process().is_alive() is False and its join() returns from now
+        # the job may act on it (report, clean up) for a moment, then it exits: no orphans
+        exit_timer = threading.Timer(PARENT_GONE_GRACE, _fail,
+                                     (f"the parent job at {address} is gone; exiting",))
+        exit_timer.daemon = True
+        exit_timer.start()
 
     client.on_lost(parent_gone)
     ref = ObjectRef(address, oid)

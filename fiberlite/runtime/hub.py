@@ -204,9 +204,9 @@ class Hub:
 
 _hub: Hub | None = None
 _hub_lock = threading.Lock()
-_clients: dict[str, Client] = {}
+_clients: dict[Any, Client] = {}  # address, or (address, key) for another key than the run's
 _clients_lock = threading.Lock()
-_dialing: dict[str, threading.Lock] = {}
+_dialing: dict[Any, threading.Lock] = {}
 
 
 def listen_host(backend: str | None = None) -> str:
@@ -251,20 +251,22 @@ def current_hub() -> Hub | None:
     return _hub
 
 
-def connect(address: str) -> Client:
-    """The shared authenticated connection from this process to ``address``."""
-    client = _clients.get(address)
+def connect(address: str, key: bytes | None = None) -> Client:
+    """The shared authenticated connection from this process to ``address``, proving
+    ``key`` (default: the run's key)."""
+    slot: Any = address if key is None else (address, key)
+    client = _clients.get(slot)
     if client is not None and client.alive:
         return client
     with _clients_lock:  # one dial per address at a time, without holding up other addresses
-        dialing = _dialing.setdefault(address, threading.Lock())
+        dialing = _dialing.setdefault(slot, threading.Lock())
     with dialing:
-        client = _clients.get(address)
+        client = _clients.get(slot)
         if client is None or not client.alive:
-            client = Client(address, identity.key())
+            client = Client(address, identity.key() if key is None else key)
             with _clients_lock:
-                _clients[address] = client
-            client.on_lost(lambda: _forget(address, client))
+                _clients[slot] = client
+            client.on_lost(lambda: _forget(slot, client))
     return client
 
 
@@ -297,10 +299,10 @@ def shutdown() -> None:
         hub.close()
 
 
-def _forget(address: str, client: Client) -> None:
+def _forget(slot: Any, client: Client) -> None:
     with _clients_lock:
-        if _clients.get(address) is client:
-            del _clients[address]
+        if _clients.get(slot) is client:
+            del _clients[slot]
 
 
 class ObjectRef:
@@ -323,20 +325,24 @@ class ObjectRef:
         hub = _hub
         return hub is not None and hub.address == self.address
 
+    def connection(self) -> Client:
+        """The connection to the servant's process (for a servant of another process)."""
+        return connect(self.address)
+
     def cast(self, method: str, *args: Any) -> None:
         """Like :meth:`call` for operations that never wait, without waiting for the reply."""
         hub = _hub
         if hub is not None and hub.address == self.address:
             hub.call_local(self.oid, method, _owned(args))
         else:
-            connect(self.address).cast((self.oid, method, args))
+            self.connection().cast((self.oid, method, args))
 
     def call(self, method: str, *args: Any) -> Any:
         """Run ``method`` on the servant and return its reply (or raise its error)."""
         hub = _hub
         if hub is not None and hub.address == self.address:
             return hub.call_local(self.oid, method, _owned(args))
-        ok, value = connect(self.address).request((self.oid, method, args))
+        ok, value = self.connection().request((self.oid, method, args))
         if ok:
             return value
         raise value

@@ -8,6 +8,7 @@ over when the job dials back, and report its exit code.
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -91,6 +92,8 @@ def preparation(parent_name: str) -> dict[str, Any]:
         "sys_path": list(sys.path),
         "cwd": os.getcwd(),
         "settings": config.settings(),
+        # the job's logger starts at this logger's level, as multiprocessing's does
+        "log_level": logging.getLogger("fiberlite").getEffectiveLevel(),
         "parent_name": parent_name,
         "parent_pid": os.getpid(),
         "main_path": getattr(main, "__file__", None),

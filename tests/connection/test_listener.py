@@ -94,9 +94,34 @@ def test_a_wrong_key_is_refused_on_both_sides():
     with Listener(authkey=b"right key") as listener:
         t, _, refused = accept_in_background(listener)
         with pytest.raises(AuthenticationError):
-            Client(listener.address, authkey=b"wrong key")
+            # a listener of this process: the key is proven in the background, and
+            # the first read reports the refusal
+            Client(listener.address, authkey=b"wrong key").recv()
         t.join(20)
         assert refused and str(listener.address[1]) in str(refused[0])
+
+
+def test_default_listener_and_client_as_context_managers_on_one_thread():
+    with Listener() as listener:
+        with Client(listener.address) as client:        # before accept(): must not hang
+            client.send("held until the key is proven")
+            client.send_bytes(b"0123456789", 2, 3)
+            with listener.accept() as server:
+                assert server.recv() == "held until the key is proven"
+                assert server.recv_bytes() == b"234"
+                server.send(1729)
+                assert client.recv() == 1729
+                assert client.poll(0) is False
+
+
+def test_families_and_a_bad_family():
+    assert fiberlite.connection.families == ["AF_INET", "AF_UNIX"]
+    for family in fiberlite.connection.families:
+        with Listener(family=family) as listener:
+            with pytest.raises(OSError):                # the address is taken
+                Listener(listener.address, family)
+    with pytest.raises(ValueError, match="AF_INET"):
+        Listener(family="AF_PIPE")
 
 
 def test_nothing_from_an_unauthenticated_peer_is_unpickled(tmp_path):

@@ -13,6 +13,17 @@ from ...errors import BackendError
 from ..base import Backend, Job, JobSpec, JobState
 
 
+BOOTSTRAP_MODULE = "fiberlite.runtime.bootstrap"  # in the command line of every job
+
+
+def _is_job(process: psutil.Process) -> bool:
+    """Whether ``process`` is a fiberlite job (started by another job)."""
+    try:
+        return BOOTSTRAP_MODULE in process.cmdline()
+    except psutil.Error:
+        return False
+
+
 class LocalBackend(Backend):
     """Jobs are child OS processes; resources requests are not enforced."""
 
@@ -42,12 +53,15 @@ class LocalBackend(Backend):
             return None
 
     def terminate(self, job: Job, force: bool = False) -> None:
-        """Signal the job and every process it started (the whole tree)."""
+        """Signal the job and every process it started, except the jobs it started:
+        those see their parent gone (``parent_process().is_alive()`` is False, as in
+        ``multiprocessing``) and exit by themselves moments later."""
         sig = signal.SIGKILL if force else signal.SIGTERM
         if job.handle.poll() is not None:
             return
         try:
-            descendants = psutil.Process(job.pid).children(recursive=True)
+            descendants = [child for child in psutil.Process(job.pid).children(recursive=True)
+                           if not _is_job(child)]
         except psutil.Error:
             descendants = []
         try:

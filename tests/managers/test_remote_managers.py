@@ -1,0 +1,277 @@
+"""Managers reached by address and key: ``BaseManager(address=..., authkey=...)``,
+``connect()``, ``get_server().serve_forever()``, restarts, and proxies like the stdlib's."""
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import fiberlite
+from fiberlite.errors import AuthenticationError
+from fiberlite.managers import (BaseManager, BaseProxy, NotExposedError, RemoteError,
+                                SyncManager)
+
+pytestmark = pytest.mark.timeout(90)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# -- what the managers serve (module level: importable by the server and by clients) ------------
+_queues: list = []
+
+
+def shared_queue() -> queue.Queue:
+    """One queue per server process, created on first use."""
+    if not _queues:
+        _queues.append(queue.Queue())
+    return _queues[0]
+
+
+class Counter:
+    def __init__(self, start: int = 0) -> None:
+        self.value = start
+
+    def add(self, n: int) -> int:
+        self.value += n
+        return self.value
+
+    def get(self) -> int:
+        return self.value
+
+    def double(self) -> "Counter":
+        return Counter(self.value * 2)
+
+    def secret(self) -> str:
+        return "not exposed"
+
+
+class CounterProxy(BaseProxy):
+    _exposed_ = ("add", "get", "double")
+
+    def add(self, n: int) -> int:
+        return self._callmethod("add", (n,))
+
+    def get(self) -> int:
+        return self._callmethod("get")
+
+    def double(self):
+        return self._callmethod("double")
+
+
+class QueueManager(BaseManager):
+    pass
+
+
+QueueManager.register("get_queue", callable=shared_queue)
+QueueManager.register("Counter", callable=Counter, proxytype=CounterProxy,
+                      method_to_typeid={"double": "Counter"})
+QueueManager.register("AutoCounter", callable=Counter, exposed=("add", "get"))
+QueueManager.register("hidden", callable=Counter, create_method=False)
+
+
+class QueueClient(BaseManager):
+    """What a client registers: names and proxy types only, no callables."""
+
+
+QueueClient.register("get_queue")
+QueueClient.register("Counter", proxytype=CounterProxy)
+
+
+def put_numbers(address, authkey, first, count):
+    """A job of the run that connects to a manager by address and key."""
+    client = QueueClient(address=address, authkey=authkey)
+    client.connect()
+    q = client.get_queue()
+    for n in range(first, first + count):
+        q.put(n)
+
+
+OUTSIDE = textwrap.dedent("""
+    import sys
+    from fiberlite.managers import BaseManager
+    class QueueClient(BaseManager):
+        pass
+    QueueClient.register("get_queue")
+    address, key, first, count = eval(sys.argv[1]), bytes.fromhex(sys.argv[2]), *map(int, sys.argv[3:5])
+    client = QueueClient(address=address, authkey=key)
+    try:
+        client.connect()
+    except Exception as exc:
+        print(type(exc).__name__, exc)
+        sys.exit(3)
+    q = client.get_queue()
+    for n in range(first, first + count):
+        q.put(n)
+""")
+
+
+def run_outside(address, key: bytes, first: int, count: int) -> subprocess.CompletedProcess:
+    """A plain Python process, not a job of this run: no FIBERLITE_* in its environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBERLITE_")}
+    env["PYTHONPATH"] = ROOT
+    return subprocess.run([sys.executable, "-c", OUTSIDE, repr(address), key.hex(), str(first),
+                           str(count)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def drain(q, count: int) -> list:
+    return sorted(q.get(timeout=20) for _ in range(count))
+
+
+# -- tests ----------------------------------------------------------------------------------------
+def test_a_process_outside_the_run_and_a_job_reach_a_started_manager_by_address_and_key():
+    key = os.urandom(32)
+    manager = QueueManager(address=("127.0.0.1", 0), authkey=key)
+    manager.start()
+    try:
+        host, port = manager.address
+        assert host == "127.0.0.1" and port > 0
+        outside = run_outside(manager.address, key, 0, 50)
+        assert outside.returncode == 0, outside.stdout + outside.stderr
+        job = fiberlite.Process(target=put_numbers, args=(manager.address, key, 50, 50))
+        job.start()
+        job.join(30)
+        assert job.exitcode == 0
+        q = manager.get_queue()
+        assert drain(q, 100) == list(range(100))       # every item once, none lost
+        assert q.qsize() == 0                          # and none duplicated
+    finally:
+        manager.shutdown()
+
+
+def test_a_wrong_key_is_refused_fast_and_the_manager_serves_on():
+    key = os.urandom(32)
+    with QueueManager(address=("127.0.0.1", 0), authkey=key) as manager:
+        started = time.monotonic()
+        outside = run_outside(manager.address, b"wrong key", 0, 1)
+        assert outside.returncode == 3, outside.stdout + outside.stderr
+        assert "AuthenticationError" in outside.stdout
+        assert time.monotonic() - started < 30
+        with pytest.raises(AuthenticationError):
+            QueueClient(address=manager.address, authkey=b"wrong key").connect()
+        manager.get_queue().put("still serving")
+        assert manager.get_queue().get(timeout=10) == "still serving"
+
+
+def test_get_server_serves_registered_types_to_jobs():
+    key = os.urandom(16)
+    server = QueueManager(address=("127.0.0.1", 0), authkey=key).get_server()
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        job = fiberlite.Process(target=put_numbers, args=(server.address, key, 0, 20))
+        job.start()
+        job.join(30)
+        assert job.exitcode == 0
+        assert drain(shared_queue(), 20) == list(range(20))  # the queue of this process
+
+        manager = QueueManager(address=server.address, authkey=key)
+        manager.connect()
+        counter = manager.Counter(5)                   # proxytype given
+        assert type(counter) is CounterProxy and counter.add(2) == 7
+        doubled = counter.double()                     # method_to_typeid: a proxy back
+        assert isinstance(doubled, CounterProxy) and doubled.get() == 14
+        auto = manager.AutoCounter(1)                  # exposed given
+        assert auto.add(1) == 2 and not hasattr(auto, "secret")
+        with pytest.raises(RemoteError) as raised:
+            auto._callmethod("secret")
+        assert isinstance(raised.value, NotExposedError) and "exposed" in str(raised.value)
+        assert not hasattr(QueueManager, "hidden")     # create_method=False
+    finally:
+        server.stop()
+        serving.join(10)
+    assert not serving.is_alive()
+
+
+def test_a_manager_restarts_on_the_address_it_was_shut_down_on():
+    key = os.urandom(16)
+    first = QueueManager(address=("127.0.0.1", 0), authkey=key)
+    first.start()
+    address = first.address
+    first.get_queue().put("first")
+    first.shutdown()
+    second = QueueManager(address=address, authkey=key)
+    second.start()                                      # right after, same port
+    try:
+        assert second.address == address
+        q = second.get_queue()
+        assert q.qsize() == 0                           # a new server, not the old one
+        q.put("second")
+        assert q.get(timeout=10) == "second"
+    finally:
+        second.shutdown()
+
+
+def test_manager_factory_with_an_address_and_bad_arguments():
+    key = os.urandom(16)
+    manager = fiberlite.Manager(address=("127.0.0.1", 0), authkey=key)
+    try:
+        shared = manager.list([1, 2])
+        other = SyncManager(address=manager.address, authkey=key)
+        other.connect()
+        assert other.list(["x"])[:] == ["x"] and shared[:] == [1, 2]
+    finally:
+        manager.shutdown()
+    with pytest.raises(ValueError, match=r"\(host, port\)"):
+        SyncManager(address=("127.0.0.1", "port"))
+    with pytest.raises(TypeError, match="authkey must be bytes"):
+        SyncManager(address=("127.0.0.1", 0), authkey="text")
+    with pytest.raises(ValueError, match="address"):
+        SyncManager().get_server()
+    started = time.monotonic()
+    with pytest.raises(ConnectionError):
+        QueueClient(address=("127.0.0.1", 1), authkey=key).connect()  # nothing listens
+    assert time.monotonic() - started < 15
+
+
+def change_during_iteration(shared, seen):
+    for index, item in enumerate(shared):
+        if index == 0:
+            shared[1] = 100                             # changed after iter() began
+        seen.append(item)
+
+
+def test_iterating_a_list_proxy_sees_changes_made_during_the_iteration():
+    with SyncManager() as manager:
+        shared = manager.list([1, 2, 3])
+        seen = manager.list()
+        job = fiberlite.Process(target=change_during_iteration, args=(shared, seen))
+        job.start()
+        job.join(30)
+        assert job.exitcode == 0
+        assert seen[:] == [1, 100, 3]
+        it = iter(shared)
+        shared[0] = 7
+        assert list(it) == [7, 100, 3]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(600)
+def test_a_manager_server_in_a_container_is_reached_by_address_from_outside_the_run():
+    from docker_env import ensure_docker
+    from fiberlite import config
+    image = ensure_docker()  # RuntimeError with the reason when Docker cannot be provisioned
+    saved = dict(config._overrides)
+    fiberlite.init(image=image)
+    try:
+        key = os.urandom(32)
+        manager = QueueManager(address=("127.0.0.1", 0), authkey=key,
+                               ctx=fiberlite.get_context("docker"))
+        manager.start()
+        try:
+            assert os.environ.get("FIBERLITE_DOCKER_CONTAINER") is None
+            outside = run_outside(manager.address, key, 0, 30)
+            assert outside.returncode == 0, outside.stdout + outside.stderr
+            q = manager.get_queue()
+            assert drain(q, 30) == list(range(30)) and q.qsize() == 0
+        finally:
+            manager.shutdown()
+        assert manager._process.exitcode is not None
+    finally:
+        config._overrides.clear()
+        config._overrides.update(saved)
+        config.init()
