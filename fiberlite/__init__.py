@@ -9,16 +9,29 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 import os as _os
+from typing import Any as _Any
 
 if "FIBERLITE_JOB" in _os.environ:  # a job starting: what it never uses is not imported
     from .runtime.deferred import defer as _defer
     _defer("asyncio")
 
-from .config import init
+from .config import settings as _settings
 from .context import BaseContext, default_context
 from .errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 from .meta import meta
 from .process import Process
+
+
+
+def init(**settings: _Any) -> dict[str, _Any]:
+    """Set settings in code (highest precedence); returns the resolved settings.
+    ``dashboard=...`` starts the run's page now (see docs/dashboard.md)."""
+    from . import config, observe
+    config.init(**settings)
+    if settings.get("dashboard") is not None:
+        observe.start_if_asked()
+    return _settings()
+
 
 _context_names = [
     "current_process", "parent_process", "active_children", "cpu_count", "freeze_support",
