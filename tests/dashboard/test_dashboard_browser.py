@@ -1,0 +1,101 @@
+"""The page in headless Chromium against a live run: it follows a map of 1,000 tasks
+without a reload, shows a change within a second, and shows failures and logs.
+Screenshots of it are written to docs/images/ (FIBERLITE_SCREENSHOTS=0: not)."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from browser_env import headless_browser
+from dashboard.run_driver import LiveRun
+
+pytestmark = pytest.mark.timeout(180)
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+
+@pytest.fixture
+def browser():
+    driver = headless_browser()
+    yield driver
+    driver.quit()
+
+
+def text(browser, css: str) -> str:
+    """The text of what ``css`` selects, read at once (the page redraws twice a second)."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".map((e) => e.textContent).join(' ')", css)
+
+
+def click(browser, css: str) -> None:
+    browser.execute_script("document.querySelector(arguments[0]).click()", css)
+
+
+def wait_for(browser, condition, timeout: float = 30, step: float = 0.02):
+    """Poll the page (not the run) until ``condition(browser)`` is true; returns when."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition(browser):
+            return time.monotonic()
+        time.sleep(step)
+    raise AssertionError(f"the page never showed it; it shows: {browser.find_element('tag name', 'main').text[:2000]}")
+
+
+def screenshot(browser, name: str) -> None:
+    if os.environ.get("FIBERLITE_SCREENSHOTS", "1") != "0":
+        IMAGES.mkdir(exist_ok=True)
+        browser.save_screenshot(str(IMAGES / name))
+
+
+def test_page_follows_a_live_run(browser):
+    run = LiveRun()
+    try:
+        browser.get(run.url)
+        wait_for(browser, lambda b: "Pool-1" in text(b, "#pool-list"))
+        assert "4 of 4 workers" in text(browser, "#pool-list")
+
+        # a change shows within a second, without a reload
+        queue_size = lambda b: text(b, "#queues tbody td:nth-child(2)")  # noqa: E731
+        assert queue_size(browser) == "0"
+        run.send("put")
+        assert run.answer() == "put"
+        put = time.monotonic()
+        shown = wait_for(browser, lambda b: queue_size(b) == "1", timeout=5)
+        assert shown - put < 1.0, f"the page took {shown - put:.2f} s"
+
+        # a map of 1,000 tasks, seen part done and then done
+        run.send("map")
+        partial = []
+
+        def progress(b):
+            done = text(b, "#pool-list td.done")
+            if done and not done.startswith("1000 / 1000"):
+                partial.append(done)
+            return done.startswith("1000 / 1000")
+        wait_for(browser, progress, timeout=60)
+        assert run.answer() == "map exact"
+        assert any(p.split(" / ")[1] == "1000" and 0 < int(p.split(" / ")[0]) < 1000
+                   for p in partial), partial
+        count = 'return document.querySelectorAll(arguments[0]).length'
+        wait_for(browser, lambda b: b.execute_script(count, "#chart-tasks polyline") == 1
+                 and b.execute_script(count, "#chart-cpu polyline") >= 1)
+        screenshot(browser, "dashboard.png")
+
+        # a failing call: its exception with the worker's traceback
+        assert run.ask("fail") == "failed"
+        wait_for(browser, lambda b: "KeyError" in text(b, "#pool-list summary"))
+        click(browser, "#pool-list summary")
+        wait_for(browser, lambda b: b.execute_script(
+            "return document.querySelector('#pool-list details').open"), timeout=5)
+        assert "fails_on_threes" in text(browser, "#pool-list details pre")
+        # a job's log tail on demand
+        click(browser, "#jobs button")
+        wait_for(browser, lambda b: "master's own output" in text(b, "#log-text"))
+        screenshot(browser, "dashboard-failures.png")
+    finally:
+        assert run.close() == 0, "".join(run.stderr)
+    # the run is over: the page says so instead of going blank
+    wait_for(browser, lambda b: "run ended" in text(b, "#status"), timeout=10)
