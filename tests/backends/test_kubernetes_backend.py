@@ -398,6 +398,58 @@ def test_fiberlite_run_on_kubernetes(kube, tmp_path, capfd):
     assert kube.v1.list_namespaced_pod(NS).items == []
 
 
+PAGE_SCRIPT = textwrap.dedent("""
+    import json, os, urllib.request, fiberlite, fiberlite.dashboard
+
+    if __name__ == "__main__":
+        q = fiberlite.Queue()  # the first object: the page starts
+        q.put(1)
+        with urllib.request.urlopen(fiberlite.dashboard.url() + "api/state", timeout=10) as page:
+            state = json.load(page)
+        print("page of", state["run"], "queues", [x["size"] for x in state["queues"]], flush=True)
+        print("master pod", os.environ["FIBERLITE_POD_NAME"], flush=True)
+""")
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_fiberlite_run_dashboard_on_kubernetes(kube, tmp_path, capfd):
+    """`fiberlite run --dashboard` hands the address to the master pod, which serves its
+    page there, and tells the user how to open it from their machine."""
+    from fiberlite.cli import main
+    script = tmp_path / "master.py"
+    script.write_text(PAGE_SCRIPT)
+    port = free_port()
+    status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
+                   "--namespace", NS, "--image", IMAGE, "--dashboard", str(port),
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script)])
+    out, err = capfd.readouterr()
+    assert status == 0, out + err
+    master_name = next(line.split()[-1] for line in out.splitlines() if line.startswith("master pod"))
+    run_id = master_name.split("-")[1]
+    assert f"page of {run_id} queues [1]" in out
+    assert f"dashboard at http://127.0.0.1:{port}/" in out + err  # the pod's own line
+    assert (f"kubectl port-forward -n {NS} pod/{master_name} {port}:{port}   then open "
+            f"http://127.0.0.1:{port}/") in err
+    assert f"bind it to 0.0.0.0:{port}" in err  # a loopback page has no pod proxy
+    [master] = [r.body for r in posts(kube.server, "pods") if r.body["metadata"]["name"] == master_name]
+    env = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
+    assert env["FIBERLITE_DASHBOARD"] == f"127.0.0.1:{port}"
+
+
+def test_dashboard_hint_names_the_pod_proxy(kube):
+    from fiberlite.cli.page_hint import kubernetes_hint
+    hint = kubernetes_hint(get_backend("kubernetes"), "fl-1234abcd-master", ("0.0.0.0", 8787))
+    proxy = (f"{kube.server.host}/api/v1/namespaces/{NS}/pods/fl-1234abcd-master:8787/proxy/")
+    assert proxy in hint and "kubectl port-forward -n default pod/fl-1234abcd-master 8787:8787" in hint
+    assert hint.count("\n") == 2
+
+
 # -- without a cluster ---------------------------------------------------------------------
 def test_no_cluster_configuration_is_one_clear_line(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "_overrides", dict(config._overrides))

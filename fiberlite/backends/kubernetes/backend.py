@@ -92,6 +92,13 @@ class KubernetesBackend(Backend):
         """Load the cluster configuration now: its absence is a clear error at start()."""
         self._session()
 
+    def pod_proxy_url(self, pod: str, port: int) -> str:
+        """The API server's proxy address of ``port`` on ``pod`` (opened with the user's
+        credentials, e.g. through ``kubectl proxy``)."""
+        session = self._session()
+        return (f"{session.conn.host.rstrip('/')}/api/v1/namespaces/{session.namespace}/pods/"
+                f"{pod}:{port}/proxy/")
+
     def listen_host(self) -> str:
         """The ``listen_host`` setting; else this pod's IP (downward API env
         ``FIBERLITE_POD_IP`` or the pod's status); else the local address that routes
