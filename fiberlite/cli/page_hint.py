@@ -1,6 +1,7 @@
 """How a user opens the master's live page (the ``dashboard`` setting) from their own
 machine when the master runs elsewhere: on Kubernetes, ``kubectl port-forward`` to the
-master pod, or the API server's pod proxy."""
+master pod, or the API server's pod proxy, which ``fiberlite run`` opens on loopback
+for them when the page is bound beyond the pod's loopback."""
 from __future__ import annotations
 
 from typing import Any
@@ -25,3 +26,13 @@ def kubernetes_hint(backend: Any, pod: str, address: tuple[str, int]) -> str:
         lines.append(f"fiberlite: or through the API server (kubectl proxy, or your credentials): "
                      f"{backend.pod_proxy_url(pod, port)}")
     return "\n".join(lines) + "\n"
+
+
+def forward_page(backend: Any, pod: str, address: tuple[str, int]) -> Any:
+    """A local door to the master pod's page through the API server's pod proxy, or None
+    when the proxy cannot reach it (bound to the pod's loopback, or its port not known)."""
+    host, port = address
+    if host in LOOPBACK or port == 0:
+        return None
+    from .page_forward import PageForward
+    return PageForward(lambda path: backend.pod_proxy_get(pod, port, path))

@@ -23,7 +23,7 @@ from .. import config
 from ..backends import JobSpec, JobState, known_backends
 from ..units import parse_count, parse_cpu, parse_memory
 from .common import CliError, apply_settings, backend, cluster_options
-from .page_hint import kubernetes_hint
+from .page_hint import forward_page, kubernetes_hint
 from .progress import Progress
 
 
@@ -221,8 +221,12 @@ def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, 
         if args.service_account:
             sys.stderr.write("fiberlite: --service-account applies to kubernetes only; ignored\n")
         job = target.create_job(spec)
+    forward = None
     if args.dashboard and name == "kubernetes":
         sys.stderr.write(kubernetes_hint(target, job.id, args.dashboard))
+        forward = forward_page(target, job.id, args.dashboard)
+        if forward is not None:
+            sys.stderr.write(f"fiberlite: the master's page, through the API server: {forward.url}\n")
     progress = Progress(f"fiberlite: run {run_id} [{name}]", lambda: target.list_jobs(run_id),
                         interval=1.0).start()
     try:
@@ -233,6 +237,8 @@ def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, 
         code = target.wait(job)
     finally:
         progress.stop()
+        if forward is not None:
+            forward.close()
     try:
         try:
             target.cleanup_run(run_id)  # the master's pod/container and anything left of the run

@@ -442,12 +442,81 @@ def test_fiberlite_run_dashboard_on_kubernetes(kube, tmp_path, capfd):
     assert env["FIBERLITE_DASHBOARD"] == f"127.0.0.1:{port}"
 
 
-def test_dashboard_hint_names_the_pod_proxy(kube):
-    from fiberlite.cli.page_hint import kubernetes_hint
-    hint = kubernetes_hint(get_backend("kubernetes"), "fl-1234abcd-master", ("0.0.0.0", 8787))
-    proxy = (f"{kube.server.host}/api/v1/namespaces/{NS}/pods/fl-1234abcd-master:8787/proxy/")
-    assert proxy in hint and "kubectl port-forward -n default pod/fl-1234abcd-master 8787:8787" in hint
-    assert hint.count("\n") == 2
+WAITING_PAGE_SCRIPT = textwrap.dedent("""
+    import os, sys, time, fiberlite
+
+    if __name__ == "__main__":
+        q = fiberlite.Queue()  # the first object: the page starts
+        q.put(1)
+        print("master pod", os.environ["FIBERLITE_POD_NAME"], flush=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the test reads the page meanwhile
+""")
+
+
+def test_fiberlite_run_opens_the_page_through_the_pod_proxy(kube, tmp_path, capfd):
+    """A page bound beyond the pod's loopback: `fiberlite run` opens a local door to it
+    through the API server's pod proxy, page, script and data, with the user's rights."""
+    import threading
+    from fiberlite.cli import main
+    script, seen = tmp_path / "master.py", tmp_path / "seen"
+    script.write_text(WAITING_PAGE_SCRIPT)
+    port = free_port()
+    found: dict = {}
+    reader = threading.Thread(target=read_through_the_door, args=(kube, capfd, port, seen, found))
+    reader.start()  # the command runs on this thread: it sets signal handlers
+    status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
+                   "--namespace", NS, "--image", IMAGE, "--dashboard", f"0.0.0.0:{port}",
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script), str(seen)])
+    seen.touch()  # the reader gives up if the master never said it runs
+    reader.join(60)
+    assert status == 0 and "error" not in found, found.get("error")
+    master_name = found["master"]
+    assert found["state"]["run"] == master_name.split("-")[1]
+    assert [q["size"] for q in found["state"]["queues"]] == [1]
+    assert 'src="static/app.js"' in found["html"]  # relative: the page works under the proxy's path
+    assert found["script_type"].startswith("text/javascript")
+    assert found["denied"][0] == 403 and b"pods/proxy" in found["denied"][1]
+    proxy = f"{kube.server.host}/api/v1/namespaces/{NS}/pods/{master_name}:{port}/proxy/"
+    assert proxy in found["err"]
+    proxied = {r.path.split("/proxy")[0] for r in kube.server.requests if "/proxy/" in r.path}
+    assert proxied == {proxy[len(kube.server.host):].split("/proxy")[0]}
+
+
+def read_through_the_door(kube, capfd, port: int, seen, found: dict) -> None:
+    """What a user's browser does with the address `fiberlite run` printed; then lets the
+    master end (``seen``)."""
+    import json
+    import urllib.error
+    import urllib.request
+    out = err = ""
+    try:
+        deadline = time.monotonic() + 30
+        while "master pod" not in out and time.monotonic() < deadline:
+            captured = capfd.readouterr()
+            out, err = out + captured.out, err + captured.err
+            found["out"], found["err"] = out, err
+            time.sleep(0.1)
+        found["master"] = next(line.split()[-1] for line in out.splitlines()
+                               if line.startswith("master pod"))
+        door = next(line.split()[-1] for line in err.splitlines()
+                    if "through the API server: http" in line)
+        with urllib.request.urlopen(door + "api/state", timeout=10) as page:
+            found["state"] = json.load(page)
+        with urllib.request.urlopen(door, timeout=10) as page:
+            found["html"] = page.read().decode()
+        with urllib.request.urlopen(door + "static/app.js", timeout=10) as page:
+            found["script_type"] = page.headers["Content-Type"]
+        kube.server.forbid("get", "pods/proxy")
+        try:
+            urllib.request.urlopen(door + "api/state", timeout=10)
+        except urllib.error.HTTPError as denied:
+            found["denied"] = (denied.code, denied.read())
+    except Exception as exc:
+        found["error"] = f"{exc!r}; out: {out}; err: {err}"
+    finally:
+        seen.touch()
 
 
 # -- without a cluster ---------------------------------------------------------------------
