@@ -33,10 +33,12 @@ class Usage:
 
 class LocalProcesses:
     """The processes of local jobs: a job's process and those it forked (a host job's
-    workers), looked up again only every ``REFRESH`` samples (a look scans every process
-    of the machine)."""
+    workers), looked up again at every sample while the job is young (its workers are
+    being forked), then every ``REFRESH`` samples (a look scans every process of the
+    machine)."""
 
-    REFRESH = 10
+    REFRESH = 5
+    YOUNG = 20.0  # seconds
 
     def __init__(self) -> None:
         self._found: dict[str, tuple[list[psutil.Process], int]] = {}
@@ -44,7 +46,7 @@ class LocalProcesses:
     def sample(self, record: JobRecord) -> tuple[float, int] | None:
         """CPU seconds and resident bytes of the job's processes."""
         procs, age = self._found.get(record.name, ([], self.REFRESH))
-        if age >= self.REFRESH:
+        if age >= self.REFRESH or time.time() - record.started < self.YOUNG:
             try:
                 proc = psutil.Process(record.launch.pid)
                 procs, age = [proc, *proc.children(recursive=True)], 0
