@@ -69,7 +69,7 @@ async function showLog(job) {
   const box = document.getElementById("log");
   box.hidden = false;
   document.getElementById("log-job").textContent = job;
-  const answer = await fetch(`/api/logs?job=${encodeURIComponent(job)}`).then((r) => r.json());
+  const answer = await fetch(`api/logs?job=${encodeURIComponent(job)}`).then((r) => r.json());
   document.getElementById("log-text").textContent = answer.text ?? answer.error;
 }
 
@@ -90,7 +90,7 @@ function draw(s) {
 
 async function poll() {
   try {
-    draw(await fetch("/api/state", { cache: "no-store" }).then((r) => r.json()));
+    draw(await fetch("api/state", { cache: "no-store" }).then((r) => r.json()));
   } catch (error) {
     document.getElementById("status").textContent = "run ended or unreachable";
   }
