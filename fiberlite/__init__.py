@@ -15,7 +15,8 @@ if "FIBERLITE_JOB" in _os.environ:  # a job starting: what it never uses is not 
     from .runtime.deferred import defer as _defer
     _defer("asyncio")
 
-from .config import settings as _settings
+from . import config as _config
+from . import observe as _observe
 from .context import BaseContext, default_context
 from .errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 from .meta import meta
@@ -26,11 +27,24 @@ from .process import Process
 def init(**settings: _Any) -> dict[str, _Any]:
     """Set settings in code (highest precedence); returns the resolved settings.
     ``dashboard=...`` starts the run's page now (see docs/dashboard.md)."""
-    from . import config, observe
-    config.init(**settings)
+    resolved = _config.init(**settings)
     if settings.get("dashboard") is not None:
-        observe.start_if_asked()
-    return _settings()
+        from .dashboard import start_if_asked
+        start_if_asked()
+    return resolved
+
+
+def _first_notice(event: str, *details: _Any) -> None:
+    """The first object the run creates: start the page if the settings ask for one
+    (the environment or the config file), pass the event on, and step aside."""
+    _observe.unwatch(_first_notice)
+    if _config.get("dashboard") is not None:
+        from .dashboard import start_if_asked
+        if start_if_asked():
+            _observe.notice(event, *details)
+
+
+_observe.watch(_first_notice)
 
 
 _context_names = [

@@ -2,9 +2,9 @@
 creates and what happens to it.
 
 ``notice(event, *details)`` calls every watcher. With no dashboard the list is empty
-after the first call, so a hook costs one call over an empty list. The first call in
-the top process of a run starts the dashboard when the ``dashboard`` setting asks for
-one; in a job it never does.
+after the first call, so a hook costs one call over an empty list (the first watcher,
+put there by ``fiberlite/__init__``, starts the dashboard if the settings ask for one,
+and steps aside).
 
 Events: ``process`` (a started Process), ``pool``, ``batch`` (a pool's dispatcher and a
 call's group), ``tasks`` (a sink and the count of results delivered, whether they were
@@ -38,24 +38,3 @@ def unwatch(watcher: Watcher) -> None:
     with _lock:
         if watcher in watchers:
             watchers.remove(watcher)
-
-
-def start_if_asked() -> bool:
-    """Start the dashboard if the settings ask for one and this is the top of the run."""
-    from . import config, process
-    if config.get("dashboard") is None or not isinstance(process.current_process(),
-                                                        process._MainProcess):
-        return False
-    from .dashboard import start
-    start()
-    return True
-
-
-def _first_notice(event: str, *details: Any) -> None:
-    """Start the dashboard if asked, then step aside (and pass the event on)."""
-    unwatch(_first_notice)
-    if start_if_asked():
-        notice(event, *details)
-
-
-watchers.append(_first_notice)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import sys
 import threading
 
-from .. import config, observe
+from .. import config, observe, process
 from ..runtime import identity
 from .monitor import Monitor
 from .registry import Registry
 from .server import DashboardServer
 
-__all__ = ["start", "stop", "url"]
+__all__ = ["start", "start_if_asked", "stop", "url"]
 
 _lock = threading.Lock()
 _server: DashboardServer | None = None
@@ -38,6 +38,16 @@ def start(address: tuple[str, int] | None = None) -> str:
     sys.stderr.write(f"fiberlite: dashboard at {server.url}\n")
     sys.stderr.flush()
     return server.url
+
+
+def start_if_asked() -> bool:
+    """Start the page if the settings ask for one and this is the top process of the run
+    (never in a job: the setting is not handed down, and a job is not the top)."""
+    if config.get("dashboard") is None or not isinstance(process.current_process(),
+                                                        process._MainProcess):
+        return False
+    start()
+    return True
 
 
 def url() -> str | None:

@@ -1,5 +1,6 @@
 """The page in headless Chromium against a live run: it follows a map of 1,000 tasks
-without a reload, shows a change within a second, and shows failures and logs.
+without a reload, shows a change at its next update, and shows failures and logs
+(benchmarks/bench_dashboard.py measures the delay in seconds).
 Screenshots of the page go to the test's temporary directory, or to the directory
 named by FIBERLITE_SCREENSHOTS (``FIBERLITE_SCREENSHOTS=docs`` renews the ones the
 documentation shows)."""
@@ -35,7 +36,7 @@ def click(browser, css: str) -> None:
     browser.execute_script("document.querySelector(arguments[0]).click()", css)
 
 
-def wait_for(browser, condition, timeout: float = 30, step: float = 0.02):
+def wait_for(browser, condition, timeout: float = 60, step: float = 0.02):
     """Poll the page (not the run) until ``condition(browser)`` is true; returns when."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -62,14 +63,25 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, lambda b: "Pool-1" in text(b, "#pool-list"))
         assert "4 of 4 workers" in text(browser, "#pool-list")
 
-        # a change shows within a second, without a reload
-        queue_size = lambda b: text(b, "#queues tbody td:nth-child(2)")  # noqa: E731
-        assert queue_size(browser) == "0"
+        # a change shows at the page's next update (every 0.5 s), without a reload: the
+        # update under way when the item was put may miss it, the one after may not
+        def queue_and_draws(b) -> tuple[str, int]:
+            return tuple(b.execute_script(
+                "return [document.querySelector('#queues tbody td:nth-child(2)').textContent,"
+                " Number(document.body.dataset.draws)]"))
+        assert queue_and_draws(browser)[0] == "0"
         run.send("put")
         assert run.answer() == "put"
-        put = time.monotonic()
-        shown = wait_for(browser, lambda b: queue_size(b) == "1", timeout=5)
-        assert shown - put < 1.0, f"the page took {shown - put:.2f} s"
+        before = queue_and_draws(browser)[1]
+        shown: list[int] = []  # the count of updates when the change first showed
+
+        def change_shown(b) -> bool:
+            size, count = queue_and_draws(b)
+            if size == "1":
+                shown.append(count)
+            return bool(shown)
+        wait_for(browser, change_shown, timeout=10)
+        assert shown[0] - before <= 2, f"{shown[0] - before} updates before the change showed"
 
         # a map of 1,000 tasks, seen part done and then done
         run.send("map")

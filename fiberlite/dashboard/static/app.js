@@ -86,6 +86,7 @@ function draw(s) {
   fillRows("managers", s.managers, (m) => [m.name, m.job ?? "–", m.state]);
   document.getElementById("ring-list").replaceChildren(...(s.rings.length ? s.rings.map(drawRing) : [el("p", { class: "muted" }, "none")]));
   document.getElementById("status").textContent = `updated ${new Date(s.time * 1000).toLocaleTimeString()} · ${s.tasks_done} tasks done`;
+  document.body.dataset.draws = Number(document.body.dataset.draws || 0) + 1;  // updates so far
 }
 
 async function poll() {
