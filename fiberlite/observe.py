@@ -29,12 +29,13 @@ def notice(event: str, *details: Any) -> None:
 
 
 def watch(watcher: Watcher) -> None:
-    with _lock:
+    global watchers
+    with _lock:  # a new list: a notice going through the old one is not disturbed
         if watcher not in watchers:
-            watchers.append(watcher)
+            watchers = [*watchers, watcher]
 
 
 def unwatch(watcher: Watcher) -> None:
+    global watchers
     with _lock:
-        if watcher in watchers:
-            watchers.remove(watcher)
+        watchers = [w for w in watchers if w is not watcher]

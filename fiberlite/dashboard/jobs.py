@@ -5,6 +5,7 @@ Docker, the pod's node and requests on Kubernetes (its API has no usage without 
 metrics server)."""
 from __future__ import annotations
 
+import collections
 import socket
 import time
 from typing import Any
@@ -33,36 +34,57 @@ class Usage:
 
 class LocalProcesses:
     """The processes of local jobs: a job's process and those it forked (a host job's
-    workers), looked up again at every sample while the job is young (its workers are
-    being forked), then every ``REFRESH`` samples (a look scans every process of the
-    machine)."""
+    workers). Who forked whom is read from one look at all the machine's processes,
+    every ``REFRESH`` samples, or every ``YOUNG_REFRESH`` while a job is younger than
+    ``YOUNG`` seconds (its workers are being forked)."""
 
-    REFRESH = 5
-    YOUNG = 20.0  # seconds
+    REFRESH = 10
+    YOUNG_REFRESH = 2
+    YOUNG = 20.0
 
     def __init__(self) -> None:
-        self._found: dict[str, tuple[list[psutil.Process], int]] = {}
+        self._children: dict[int, list[int]] = {}
+        self._since = self.REFRESH  # samples since the last look
+        self._procs: dict[int, psutil.Process] = {}
+
+    def tick(self) -> None:
+        """A new round of samples."""
+        self._since += 1
+
+    def _look(self, young: bool) -> None:
+        if self._since < (self.YOUNG_REFRESH if young else self.REFRESH):
+            return
+        children: dict[int, list[int]] = collections.defaultdict(list)
+        for proc in psutil.process_iter(["ppid"]):
+            if proc.info["ppid"]:
+                children[proc.info["ppid"]].append(proc.pid)
+        alive = {pid for kids in children.values() for pid in kids}
+        self._procs = {pid: p for pid, p in self._procs.items() if pid in alive}
+        self._children, self._since = children, 0
+
+    def _family(self, pid: int) -> list[int]:
+        family, todo = [pid], [pid]
+        while todo:
+            kids = self._children.get(todo.pop(), [])
+            family.extend(kids)
+            todo.extend(kids)
+        return family
 
     def sample(self, record: JobRecord) -> tuple[float, int] | None:
         """CPU seconds and resident bytes of the job's processes."""
-        procs, age = self._found.get(record.name, ([], self.REFRESH))
-        if age >= self.REFRESH or time.time() - record.started < self.YOUNG:
+        self._look(time.time() - record.started < self.YOUNG)
+        cpu, memory, measured = 0.0, 0, False
+        for pid in self._family(record.launch.pid):
             try:
-                proc = psutil.Process(record.launch.pid)
-                procs, age = [proc, *proc.children(recursive=True)], 0
-            except psutil.Error:
-                return None
-        self._found[record.name] = (procs, age + 1)
-        cpu, memory = 0.0, 0
-        for p in procs:
-            try:
-                with p.oneshot():
-                    times = p.cpu_times()
+                proc = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
+                with proc.oneshot():
+                    times = proc.cpu_times()
                     cpu += times.user + times.system
-                    memory += p.memory_info().rss
+                    memory += proc.memory_info().rss
+                measured = True
             except psutil.Error:
-                continue
-        return cpu, memory
+                self._procs.pop(pid, None)
+        return (cpu, memory) if measured else None
 
 
 def docker_sample(record: JobRecord) -> tuple[float, int] | None:
@@ -124,10 +146,12 @@ class Meter:
 
     def __init__(self) -> None:
         self.usage: dict[str, Usage] = {}
-        self.samplers = {"local": LocalProcesses().sample, "docker": docker_sample}
+        self.local = LocalProcesses()
+        self.samplers = {"local": self.local.sample, "docker": docker_sample}
 
     def sample(self, records: list[JobRecord]) -> None:
         now = time.monotonic()
+        self.local.tick()
         running = set()
         for record in records:
             if state_of(record)[0] != "running":

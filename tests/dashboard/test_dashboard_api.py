@@ -3,6 +3,7 @@ workers, queues; read-only; off by default; bad addresses rejected clearly."""
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 import urllib.error
 import urllib.request
@@ -117,3 +118,54 @@ def test_a_busy_port_is_one_clear_error():
     assert done.returncode == 1
     assert f"cannot serve the dashboard at 127.0.0.1:{port}" in done.stderr
     assert "port 0 for any free port" in done.stderr
+
+
+def ring_member(ring, release):
+    total = ring.all_reduce(ring.rank + 1)
+    release.wait(60)
+    return total
+
+
+@pytest.fixture
+def page_here():
+    """The page served by this test process (stopped after)."""
+    from fiberlite import dashboard
+    url = dashboard.start(("127.0.0.1", 0))
+    yield url
+    dashboard.stop()
+
+
+def read(url: str) -> dict:
+    import json
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)
+
+
+def test_managers_and_rings(page_here):
+    import fiberlite
+    with fiberlite.Manager() as manager:
+        release = manager.Event()
+        ring = fiberlite.Ring(2, ring_member, args=(release,), timeout=60)
+        ring.start()
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                state = read(page_here + "api/state")
+                if state["rings"] and state["rings"][0]["joined"] == 2:
+                    break
+                time.sleep(0.1)
+            [ring_row] = state["rings"]
+            assert ring_row["world_size"] == 2
+            assert [m["rank"] for m in ring_row["members"]] == [0, 1]
+            assert all(m["host"] and m["exitcode"] is None for m in ring_row["members"])
+            jobs = {j["name"] for j in state["jobs"]}
+            assert {m["job"] for m in ring_row["members"]} <= jobs
+            [manager_row] = state["managers"]
+            assert manager_row["state"] == "started" and manager_row["job"] in jobs
+        finally:
+            release.set()
+            ring.join(60)
+    assert ring.results == [3, 3]
+    state = read(page_here + "api/state")
+    assert [m["exitcode"] for m in state["rings"][0]["members"]] == [0, 0]
+    assert state["managers"][0]["state"] == "shutdown"
