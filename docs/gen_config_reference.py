@@ -29,6 +29,7 @@ KINDS = {
     "parse_cpu": "CPUs: `2`, `0.5`, `500m`",
     "parse_memory": "bytes or `512Mi`, `8Gi`, `1G`",
     "parse_count": "whole number",
+    "parse_address": "`host:port`, a port (loopback), or `off`",
 }
 
 

@@ -9,16 +9,43 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 import os as _os
+from typing import Any as _Any
 
 if "FIBERLITE_JOB" in _os.environ:  # a job starting: what it never uses is not imported
     from .runtime.deferred import defer as _defer
     _defer("asyncio")
 
-from .config import init
+from . import config as _config
+from . import observe as _observe
 from .context import BaseContext, default_context
 from .errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 from .meta import meta
 from .process import Process
+
+
+
+def init(**settings: _Any) -> dict[str, _Any]:
+    """Set settings in code (highest precedence); returns the resolved settings.
+    ``dashboard=...`` starts the run's page now (see docs/dashboard.md)."""
+    resolved = _config.init(**settings)
+    if settings.get("dashboard") is not None:
+        from .dashboard import start_if_asked
+        start_if_asked()
+    return resolved
+
+
+def _first_notice(event: str, *details: _Any) -> None:
+    """The first object the run creates: start the page if the settings ask for one
+    (the environment or the config file), pass the event on, and step aside."""
+    _observe.unwatch(_first_notice)
+    if _config.get("dashboard") is not None:
+        from .dashboard import start_if_asked
+        if start_if_asked():
+            _observe.notice(event, *details)
+
+
+_observe.watch(_first_notice)
+
 
 _context_names = [
     "current_process", "parent_process", "active_children", "cpu_count", "freeze_support",

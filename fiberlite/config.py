@@ -62,6 +62,24 @@ def _positive_count(value: Any) -> int:
     return count
 
 
+def parse_address(value: Any) -> tuple[str, int] | None:
+    """``host:port``, ``:port`` or ``port`` (loopback), or ``off``."""
+    text = str(value).strip()
+    if text.lower() in ("", "0", "off", "false", "no"):
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = ""
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError("expected host:port (e.g. 127.0.0.1:8787), a port, or off") from None
+    if not 0 <= number <= 65535:
+        raise ValueError("the port must be between 0 and 65535 (0: any free port)")
+    return host, number
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -104,10 +122,13 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("tls", False, _flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),
     Setting("parent_timeout", 120.0, _seconds_or_never,
             "a job whose parent has answered nothing for this many seconds exits (0: never)"),
+    Setting("dashboard", None, parse_address,
+            "serve the run's live page at host:port (a port alone: on loopback; 0: any free port; "
+            "off: none)"),
 )}
 
 # settings that describe one job and are not handed down to its children
-_PER_JOB = ("listen_host",)
+_PER_JOB = ("listen_host", "dashboard")
 
 _lock = threading.Lock()
 _overrides: dict[str, Any] = {}

@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
+from . import observe
 from .runtime import identity
 
 _children: set["Process"] = set()
@@ -135,6 +136,7 @@ class Process:
         # the job has its own copy; drop ours so the target can be collected (as multiprocessing does)
         del self._target, self._args, self._kwargs
         _children.add(self)
+        observe.notice("process", self)
 
     def terminate(self) -> None:
         """Send SIGTERM to the job (its exit code becomes ``-15``)."""

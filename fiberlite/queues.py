@@ -16,6 +16,7 @@ import queue
 import time
 from typing import Any
 
+from . import observe
 from .runtime import handles, pipelink
 from .runtime.channel import Channel
 from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
@@ -132,6 +133,7 @@ class Queue:
         self._servant = QueueServant(maxsize, self._joinable)
         self._ref = handles.register(self, self._servant)
         self._closed = False
+        observe.notice("queue", self)
 
     def __reduce__(self):
         handles.exported(self._ref)
@@ -209,6 +211,7 @@ class SimpleQueue:
         self._servant = QueueServant(0)
         self._ref = handles.register(self, self._servant)
         self._closed = False
+        observe.notice("queue", self)
 
     def __reduce__(self):
         handles.exported(self._ref)

@@ -25,6 +25,7 @@ EXPECTED = {
     "bench_kubernetes.py": ["16 at a time", "one at a time", "until every pod is created",
                             "until the first result", "until every worker has run a task",
                             "pods/s"],
+    "bench_dashboard.py": ["page closed", "page open", "queue.put seen by a reader"],
     "bench_scale.py": ["mp spawn Pool", "fiberlite Pool", "Pool(4) until every worker", "Pool(8)",
                        "chunksize=1, 8 workers", "default chunksize", "master CPU per task",
                        "workers' CPU per task", "unique memory (USS) per worker", "master RSS",

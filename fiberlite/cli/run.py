@@ -23,6 +23,7 @@ from .. import config
 from ..backends import JobSpec, JobState, known_backends
 from ..units import parse_count, parse_cpu, parse_memory
 from .common import CliError, apply_settings, backend, cluster_options
+from .page_hint import forward_page, kubernetes_hint
 from .progress import Progress
 
 
@@ -72,6 +73,9 @@ def add_parser(commands) -> None:
                         "(repeatable)")
     p.add_argument("--service-account", metavar="NAME",
                    help="kubernetes: service account of the master pod (see docs/kubernetes/rbac.yaml)")
+    p.add_argument("--dashboard", metavar="[HOST:]PORT", type=_argtype(config.parse_address, "address"),
+                   help="the master serves the run's live page there (setting dashboard; a port "
+                        "alone: loopback; on kubernetes, how to open it is printed)")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(func=main)
@@ -94,6 +98,8 @@ def main(args: argparse.Namespace) -> int:
     job_name = f"fl-{run_id}-master"
     env = {"FIBERLITE_BACKEND": name, "FIBERLITE_RUN_ID": run_id, "FIBERLITE_JOB_NAME": job_name,
            "PYTHONUNBUFFERED": "1"}
+    if args.dashboard:
+        env["FIBERLITE_DASHBOARD"] = "{}:{}".format(*args.dashboard)
     if args.build:
         if not args.image:
             raise CliError("--build needs --image (the tag to build)", 2)
@@ -215,6 +221,12 @@ def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, 
         if args.service_account:
             sys.stderr.write("fiberlite: --service-account applies to kubernetes only; ignored\n")
         job = target.create_job(spec)
+    forward = None
+    if args.dashboard and name == "kubernetes":
+        sys.stderr.write(kubernetes_hint(target, job.id, args.dashboard))
+        forward = forward_page(target, job.id, args.dashboard)
+        if forward is not None:
+            sys.stderr.write(f"fiberlite: the master's page, through the API server: {forward.url}\n")
     progress = Progress(f"fiberlite: run {run_id} [{name}]", lambda: target.list_jobs(run_id),
                         interval=1.0).start()
     try:
@@ -225,6 +237,8 @@ def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, 
         code = target.wait(job)
     finally:
         progress.stop()
+        if forward is not None:
+            forward.close()
     try:
         try:
             target.cleanup_run(run_id)  # the master's pod/container and anything left of the run

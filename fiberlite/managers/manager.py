@@ -16,6 +16,7 @@ import threading
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
+from .. import observe
 from ..errors import ProcessError
 from ..process import Process
 from ..runtime.hub import ObjectRef
@@ -185,6 +186,7 @@ class BaseManager:
                                            self._shutdown_timeout)
         self._finalizer.atexit = False  # _shutdown_all runs first, before jobs are joined
         _managers.add(self)
+        observe.notice("manager", self)
 
     def shutdown(self) -> None:
         """Stop the server job and wait for it; its proxies raise ``ConnectionError`` after."""

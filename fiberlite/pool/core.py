@@ -20,7 +20,7 @@ from multiprocessing.connection import wait as wait_for
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
-from .. import config
+from .. import config, observe
 from ..errors import BrokenPoolError, ProcessError
 from ..runtime.hub import get_hub
 from ..runtime.limits import check_room
@@ -122,19 +122,20 @@ class Core:
             except Exception as exc:
                 error = MaybeEncodingError(repr(exc), "results sent by a worker")
         for sink, start, count, status, data in entries:
+            ok, value = False, None
             try:
                 if status == VALUE:
-                    if error is None:
-                        sink._set(start, count, True, loaded[data])
-                    else:
-                        sink._set(start, count, False, error)
+                    ok, value = (True, loaded[data]) if error is None else (False, error)
                 elif status == REMOTE_ERROR:
-                    sink._set(start, count, False, unpack_failure(data))
+                    value = unpack_failure(data)
                 else:
-                    sink._set(start, count, False, data)
+                    value = data
+                sink._set(start, count, ok, value)
             except Exception:  # a sink must never stop the result thread
                 import traceback
                 traceback.print_exc()
+            if observe.watchers:
+                observe.notice("tasks", sink, count, None if ok else value)
 
     def _stop_results(self, wait: bool) -> None:
         with self._results_cond:

@@ -12,6 +12,7 @@ import signal
 import time
 from typing import Any, Callable
 
+from .. import observe
 from ..errors import BrokenPoolError, WorkerLostError
 from ..runtime.hub import LockedServant
 from .chunks import describe_args, pack, unpack
@@ -132,7 +133,9 @@ class Dispatcher(LockedServant):
 
     # -- the master's side ------------------------------------------------------------------
     def new_group(self, kind: str, payload: Any, name: str, sink: Any) -> Group:
-        return Group(next(self._gids), kind, payload, name, sink)
+        group = Group(next(self._gids), kind, payload, name, sink)
+        observe.notice("batch", self, group)
+        return group
 
     def make_chunk(self, group: Group, start: int, count: int, data: Any) -> Chunk:
         return Chunk(next(self._cids), group, start, count, data)
@@ -581,6 +584,8 @@ class Dispatcher(LockedServant):
                     continue
             back.append(chunk)
         self.pending.extendleft(reversed(back))
+        if not worker.retiring:
+            observe.notice("worker_lost", self, worker.wid, cause, len(back))
 
     def _split(self, chunk: Chunk) -> list[Chunk]:
         """One chunk per item, so that a task that kills its worker is found alone."""

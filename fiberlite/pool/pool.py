@@ -56,6 +56,7 @@ import warnings
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterable
 
+from .. import observe
 from ..errors import BrokenPoolError, WorkerLostError
 from ..process import Process
 from ..wire.codec import short_repr
@@ -101,6 +102,7 @@ class Pool:
         self._ctx = context
         self._core = Core(processes, initializer, tuple(initargs), maxtasksperchild,
                            Process if context is None else context.Process)
+        observe.notice("pool", self)
 
     # -- state -----------------------------------------------------------------------------
     def _check_running(self) -> Core:

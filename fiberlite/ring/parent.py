@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import observe
 from ..errors import RemoteTraceback, RingError
 from ..process import Process
 from ..runtime.hub import ObjectRef, Servant, get_hub
@@ -169,6 +170,7 @@ class Ring:
             raise ValueError("a Ring can be started once")
         self._rendezvous = Rendezvous(self)
         self._ref = get_hub().register(self._rendezvous)
+        observe.notice("ring", self)
         try:
             for rank in range(self.world_size):
                 main = _MemberMain(self._ref, rank, self.world_size, self._target, self._args,

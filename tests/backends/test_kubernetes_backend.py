@@ -457,6 +457,127 @@ def test_fiberlite_run_on_kubernetes(kube, tmp_path, capfd):
     assert kube.v1.list_namespaced_pod(NS).items == []
 
 
+PAGE_SCRIPT = textwrap.dedent("""
+    import json, os, urllib.request, fiberlite, fiberlite.dashboard
+
+    if __name__ == "__main__":
+        q = fiberlite.Queue()  # the first object: the page starts
+        q.put(1)
+        with urllib.request.urlopen(fiberlite.dashboard.url() + "api/state", timeout=10) as page:
+            state = json.load(page)
+        print("page of", state["run"], "queues", [x["size"] for x in state["queues"]], flush=True)
+        print("master pod", os.environ["FIBERLITE_POD_NAME"], flush=True)
+""")
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_fiberlite_run_dashboard_on_kubernetes(kube, tmp_path, capfd):
+    """`fiberlite run --dashboard` hands the address to the master pod, which serves its
+    page there, and tells the user how to open it from their machine."""
+    from fiberlite.cli import main
+    script = tmp_path / "master.py"
+    script.write_text(PAGE_SCRIPT)
+    port = free_port()
+    status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
+                   "--namespace", NS, "--image", IMAGE, "--dashboard", str(port),
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script)])
+    out, err = capfd.readouterr()
+    assert status == 0, out + err
+    master_name = next(line.split()[-1] for line in out.splitlines() if line.startswith("master pod"))
+    run_id = master_name.split("-")[1]
+    assert f"page of {run_id} queues [1]" in out
+    assert f"dashboard at http://127.0.0.1:{port}/" in out + err  # the pod's own line
+    assert (f"kubectl port-forward -n {NS} pod/{master_name} {port}:{port}   then open "
+            f"http://127.0.0.1:{port}/") in err
+    assert f"bind it to 0.0.0.0:{port}" in err  # a loopback page has no pod proxy
+    [master] = [r.body for r in posts(kube.server, "pods") if r.body["metadata"]["name"] == master_name]
+    env = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
+    assert env["FIBERLITE_DASHBOARD"] == f"127.0.0.1:{port}"
+
+
+WAITING_PAGE_SCRIPT = textwrap.dedent("""
+    import os, sys, time, fiberlite
+
+    if __name__ == "__main__":
+        q = fiberlite.Queue()  # the first object: the page starts
+        q.put(1)
+        print("master pod", os.environ["FIBERLITE_POD_NAME"], flush=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the test reads the page meanwhile
+""")
+
+
+def test_fiberlite_run_opens_the_page_through_the_pod_proxy(kube, tmp_path, capfd):
+    """A page bound beyond the pod's loopback: `fiberlite run` opens a local door to it
+    through the API server's pod proxy, page, script and data, with the user's rights."""
+    import threading
+    from fiberlite.cli import main
+    script, seen = tmp_path / "master.py", tmp_path / "seen"
+    script.write_text(WAITING_PAGE_SCRIPT)
+    port = free_port()
+    found: dict = {}
+    reader = threading.Thread(target=read_through_the_door, args=(kube, capfd, port, seen, found))
+    reader.start()  # the command runs on this thread: it sets signal handlers
+    status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
+                   "--namespace", NS, "--image", IMAGE, "--dashboard", f"0.0.0.0:{port}",
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script), str(seen)])
+    seen.touch()  # the reader gives up if the master never said it runs
+    reader.join(60)
+    assert status == 0 and "error" not in found, found.get("error")
+    master_name = found["master"]
+    assert found["state"]["run"] == master_name.split("-")[1]
+    assert [q["size"] for q in found["state"]["queues"]] == [1]
+    assert 'src="static/app.js"' in found["html"]  # relative: the page works under the proxy's path
+    assert found["script_type"].startswith("text/javascript")
+    assert found["denied"][0] == 403 and b"pods/proxy" in found["denied"][1]
+    proxy = f"{kube.server.host}/api/v1/namespaces/{NS}/pods/{master_name}:{port}/proxy/"
+    assert proxy in found["err"]
+    proxied = {r.path.split("/proxy")[0] for r in kube.server.requests if "/proxy/" in r.path}
+    assert proxied == {proxy[len(kube.server.host):].split("/proxy")[0]}
+
+
+def read_through_the_door(kube, capfd, port: int, seen, found: dict) -> None:
+    """What a user's browser does with the address `fiberlite run` printed; then lets the
+    master end (``seen``)."""
+    import json
+    import urllib.error
+    import urllib.request
+    out = err = ""
+    try:
+        deadline = time.monotonic() + 30
+        while "master pod" not in out and time.monotonic() < deadline:
+            captured = capfd.readouterr()
+            out, err = out + captured.out, err + captured.err
+            found["out"], found["err"] = out, err
+            time.sleep(0.1)
+        found["master"] = next(line.split()[-1] for line in out.splitlines()
+                               if line.startswith("master pod"))
+        door = next(line.split()[-1] for line in err.splitlines()
+                    if "through the API server: http" in line)
+        with urllib.request.urlopen(door + "api/state", timeout=10) as page:
+            found["state"] = json.load(page)
+        with urllib.request.urlopen(door, timeout=10) as page:
+            found["html"] = page.read().decode()
+        with urllib.request.urlopen(door + "static/app.js", timeout=10) as page:
+            found["script_type"] = page.headers["Content-Type"]
+        kube.server.forbid("get", "pods/proxy")
+        try:
+            urllib.request.urlopen(door + "api/state", timeout=10)
+        except urllib.error.HTTPError as denied:
+            found["denied"] = (denied.code, denied.read())
+    except Exception as exc:
+        found["error"] = f"{exc!r}; out: {out}; err: {err}"
+    finally:
+        seen.touch()
+
+
 # -- without a cluster ---------------------------------------------------------------------
 def test_no_cluster_configuration_is_one_clear_line(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "_overrides", dict(config._overrides))

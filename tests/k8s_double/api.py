@@ -25,6 +25,8 @@ from .errors import ApiError, already_exists, bad_request, forbidden, not_found
 from .gc import GarbageCollector
 from .kubelet import Kubelet, PodRun
 from .logs import read_log
+from .proxy import ROUTE as PROXY_ROUTE
+from .proxy import proxy
 from .selectors import field_selector, label_selector
 from .store import Store, now
 from .wire import Request, Response, is_true
@@ -59,6 +61,7 @@ class Api:
             ("GET", rf"^{NS}/pods/(?P<name>[^/]+)/log$",
              lambda req, ns, name: read_log(self, req, ns, name)),
             ("GET", rf"^{NS}/pods/(?P<name>[^/]+)/status$", self.get),
+            ("GET", PROXY_ROUTE, lambda req, **args: proxy(self, req, **args)),
             ("GET", rf"^/api/v1/{COLLECTION}$", self.list_or_watch),
             ("GET", rf"^{NS}$", self.namespace),
             ("POST", r"^/apis/authorization.k8s.io/v1/selfsubjectaccessreviews$", self.review),

@@ -92,6 +92,34 @@ class KubernetesBackend(Backend):
         """Load the cluster configuration now: its absence is a clear error at start()."""
         self._session()
 
+    def pod_proxy_url(self, pod: str, port: int) -> str:
+        """The API server's proxy address of ``port`` on ``pod`` (opened with the user's
+        credentials, e.g. through ``kubectl proxy``)."""
+        session = self._session()
+        return (f"{session.conn.host.rstrip('/')}/api/v1/namespaces/{session.namespace}/pods/"
+                f"{pod}:{port}/proxy/")
+
+    def pod_proxy_get(self, pod: str, port: int, path: str) -> tuple[int, str, bytes]:
+        """GET ``path`` of ``port`` on ``pod`` through the API server's pod proxy, with this
+        configuration's credentials: the status, content type and body of the answer."""
+        session = self._session()
+        client = session.api.api_client
+        resource = f"/api/v1/namespaces/{session.namespace}/pods/{pod}:{port}/proxy{path}"
+        if not hasattr(client, "param_serialize"):  # clients before the 2025 generator
+            from kubernetes.client.rest import ApiException
+            try:
+                answer = client.call_api(resource, "GET", header_params={"Accept": "*/*"},
+                                         auth_settings=["BearerToken"], _preload_content=False,
+                                         _return_http_data_only=True, _request_timeout=TIMEOUT)
+            except ApiException as refused:  # these clients raise on any status but 2xx
+                kind = (refused.headers or {}).get("Content-Type", "")
+                return refused.status, kind, refused.body or b""
+            return answer.status, answer.headers.get("Content-Type", ""), answer.data
+        method, url, headers, body, post = client.param_serialize(
+            "GET", resource, header_params={"Accept": "*/*"}, auth_settings=["BearerToken"])
+        answer = client.call_api(method, url, headers, body, post, _request_timeout=TIMEOUT)
+        return answer.status, answer.getheader("Content-Type") or "", answer.read()
+
     def listen_host(self) -> str:
         """The ``listen_host`` setting; else this pod's IP (downward API env
         ``FIBERLITE_POD_IP`` or the pod's status); else the local address that routes

@@ -1,0 +1,134 @@
+"""What the run's live page costs the master, and how soon it shows a change.
+
+A master (a child process of this script) runs ``Pool(4).map`` over 1,000 tasks of
+``--task-ms`` milliseconds, with the dashboard off, and on with the page open: a
+reader process fetching ``/api/state`` every 0.5 s, as the page's script does. The
+master's own CPU time (psutil, the master process only: not its workers, not the
+reader) during the map is compared. Then the master puts an item in a queue, five
+times, and the reader notes when the page's data first shows it.
+
+    python benchmarks/bench_dashboard.py [--rounds 5] [--task-ms 5]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Report, finish, from_samples, interleave, parser, progress, sized  # noqa: E402
+
+TASKS, WORKERS, POLL = 1000, 4, 0.5
+CHANGES = 5
+
+
+def task(ms: float) -> float:
+    time.sleep(ms / 1000)
+    return ms
+
+
+def reader(url: str) -> None:
+    """The page, without a browser: fetch the state every POLL seconds; print the moment
+    each new queue size is first seen (``seen SIZE T``) until the master goes away."""
+    last = None
+    while True:
+        try:
+            with urllib.request.urlopen(url + "api/state", timeout=10) as reply:
+                state = json.load(reply)
+        except OSError:
+            return
+        sizes = [q["size"] for q in state["queues"]]
+        if sizes and sizes[0] != last:
+            last = sizes[0]
+            print("seen", last, time.monotonic(), flush=True)
+        time.sleep(POLL)
+
+
+def master(page: bool, task_ms: float) -> None:
+    """One measured map (and, with the page, the change latencies), as one JSON line."""
+    import psutil
+
+    import fiberlite as mp
+    if page:
+        mp.init(dashboard="127.0.0.1:0")
+    queue = mp.Queue()
+    result: dict = {}
+    with mp.Pool(WORKERS) as pool:
+        pool.map(task, [0.0] * WORKERS * 4)  # every worker up
+        watcher = None
+        if page:
+            from fiberlite import dashboard
+            watcher = subprocess.Popen([sys.executable, __file__, "--role", "reader", dashboard.url()],
+                                       stdout=subprocess.PIPE, text=True)
+            assert watcher.stdout.readline().startswith("seen 0")
+        me = psutil.Process()
+        before, start = me.cpu_times(), time.perf_counter()
+        assert pool.map(task, [task_ms] * TASKS, chunksize=1) == [task_ms] * TASKS
+        after, wall = me.cpu_times(), time.perf_counter() - start
+        result["cpu"] = (after.user + after.system) - (before.user + before.system)
+        result["wall"] = wall
+        if watcher is not None:
+            delays = []
+            for size in range(1, CHANGES + 1):
+                put = time.monotonic()
+                queue.put(size)
+                seen = watcher.stdout.readline().split()
+                assert seen[:2] == ["seen", str(size)], seen
+                delays.append(float(seen[2]) - put)
+            result["delays"] = delays
+            watcher.kill()
+            watcher.wait()
+    print(json.dumps(result), flush=True)
+
+
+def measure(page: bool, task_ms: float) -> dict:
+    done = subprocess.run([sys.executable, __file__, "--role", "master", "--task-ms", str(task_ms)]
+                          + (["--page"] if page else []), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"the master failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = parser("the dashboard's cost to the master and its delay")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--task-ms", type=float, default=5.0)
+    p.add_argument("--role", choices=["master", "reader"], help=argparse.SUPPRESS)
+    p.add_argument("--page", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("url", nargs="?", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.role == "reader":
+        return reader(args.url)
+    if args.role == "master":
+        return master(args.page, args.task_ms)
+    rounds = sized(args, args.rounds, 1)
+    samples = interleave({"page closed": lambda: measure(False, args.task_ms),
+                          "page open": lambda: measure(True, args.task_ms)}, rounds, label="maps")
+    report = Report("dashboard", f"Pool({WORKERS}).map of {TASKS} tasks of {args.task_ms:g} ms, "
+                                 f"page read every {POLL:g} s", tasks=TASKS, workers=WORKERS)
+    cpu = report.section("master_cpu", "master CPU during the map", unit="map",
+                         reference="page closed", note="the master process only (psutil)")
+    for name, results in samples.items():
+        cpu.add(name, from_samples(r["cpu"] for r in results),
+                wall=[r["wall"] for r in results])
+    delay = report.section("delay", "from a change to the page's data", unit="change",
+                           reference="queue.put seen by a reader polling every 0.5 s")
+    delays = [d for r in samples["page open"] for d in r["delays"]]
+    delay.add("queue.put seen by a reader polling every 0.5 s", from_samples(delays))
+    finish(report, args)
+    extra = [o["cpu"] - c["cpu"] for o, c in zip(samples["page open"], samples["page closed"])]
+    closed = [c["cpu"] for c in samples["page closed"]]
+    wall = [o["wall"] for o in samples["page open"]]
+    print(f"\npage open: {sum(extra) / len(extra) * 1000:+.1f} ms of master CPU per map "
+          f"({100 * sum(extra) / sum(closed):+.1f}% of the master's CPU, "
+          f"{100 * sum(extra) / sum(wall):+.2f}% of one core); slowest change shown after "
+          f"{max(delays):.2f} s")
+    progress("done")
+
+
+if __name__ == "__main__":
+    main()

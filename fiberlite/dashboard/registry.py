@@ -1,0 +1,161 @@
+"""What the dashboard knows of the run: the objects the API layer reported through
+:mod:`fiberlite.observe`, and the counts it keeps of what happened to them."""
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+import traceback
+import weakref
+from typing import Any
+
+KEEP_BATCHES = 50  # finished batches kept per pool
+KEEP_ERRORS = 20  # task exceptions kept per pool
+KEEP_JOBS = 500  # jobs kept, finished ones dropped first
+HISTORY = 120  # points of each chart
+# the call that made a batch, by the type of its result object
+CALLS = {"MapResult": "map", "ApplyResult": "apply_async", "IMapIterator": "imap",
+         "IMapUnorderedIterator": "imap_unordered"}
+
+
+class Batch:
+    """One ``map``/``imap``/``apply_async`` call of a pool, counted as its results arrive."""
+
+    def __init__(self, gid: int, call: str, function: str, sink: Any) -> None:
+        self.gid = gid
+        # a map's length is known now, an imap's once its input ends, an apply is one task
+        self._total = sink._left if hasattr(sink, "_left") else (
+            None if hasattr(sink, "_length") else 1)
+        self.call = call
+        self.function = function
+        self.sink = weakref.ref(sink)
+        self.done = 0
+        self.failed = 0
+        self.started = time.monotonic()
+        self.finished: float | None = None
+
+    @property
+    def total(self) -> int | None:
+        if self._total is not None:
+            return self._total
+        return getattr(self.sink(), "_length", None)
+
+    def add(self, count: int, error: BaseException | None) -> None:
+        self.done += count
+        if error is not None:
+            self.failed += count
+        total = self.total
+        if total is not None and self.done >= total:
+            self.finished = time.monotonic()
+
+
+class PoolRecord:
+    """A pool, its calls and the trouble it had."""
+
+    def __init__(self, name: str, pool: Any) -> None:
+        self.name = name
+        self.pool = weakref.ref(pool)
+        self.batches: collections.deque[Batch] = collections.deque()
+        self.losses = 0
+        self.retries = 0
+        self.errors: collections.deque[dict] = collections.deque(maxlen=KEEP_ERRORS)
+        self.done = 0  # tasks finished, all calls
+
+    def add_batch(self, batch: Batch) -> None:
+        self.batches.append(batch)
+        while len(self.batches) > KEEP_BATCHES and self.batches[0].finished is not None:
+            self.batches.popleft()
+
+
+class JobRecord:
+    """A started job: its process's launch, kept after the process object is gone."""
+
+    def __init__(self, process: Any) -> None:
+        self.process_name = process.name
+        self.launch = process._popen
+        self.name = self.launch.job.spec.name
+        self.backend = self.launch.backend
+        self.started = time.time()
+
+
+class Registry:
+    """The watcher the dashboard registers with :func:`fiberlite.observe.watch`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.jobs: collections.OrderedDict[str, JobRecord] = collections.OrderedDict()
+        self.pools: list[PoolRecord] = []
+        self._by_dispatcher: dict[int, PoolRecord] = {}
+        self._by_sink: dict[int, tuple[Batch, PoolRecord]] = {}
+        self.queues: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+        self.managers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+        self.rings: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+        self.tasks_done = 0
+        self._names = collections.defaultdict(lambda: itertools.count(1))
+
+    def name(self, kind: str) -> str:
+        return f"{kind}-{next(self._names[kind])}"
+
+    def __call__(self, event: str, *details: Any) -> None:
+        handler = getattr(self, "on_" + event, None)
+        if handler is not None:
+            with self.lock:
+                handler(*details)
+
+    # -- events ----------------------------------------------------------------------------
+    def on_process(self, process: Any) -> None:
+        record = JobRecord(process)
+        self.jobs[record.name] = record
+        if len(self.jobs) > KEEP_JOBS:
+            for name, old in list(self.jobs.items()):
+                if old.launch.returncode is not None:
+                    del self.jobs[name]
+                    break
+
+    def on_pool(self, pool: Any) -> None:
+        record = PoolRecord(self.name("Pool"), pool)
+        self.pools.append(record)
+        self._by_dispatcher[id(pool._core.dispatcher)] = record
+        self.pools = [p for p in self.pools if p.pool() is not None]
+
+    def on_batch(self, dispatcher: Any, group: Any) -> None:
+        record = self._by_dispatcher.get(id(dispatcher))
+        if record is None:
+            return
+        sink = group.sink
+        batch = Batch(group.gid, CALLS.get(type(sink).__name__, group.kind), group.name, sink)
+        record.add_batch(batch)
+        self._by_sink[id(sink)] = (batch, record)
+        live = {id(b.sink()) for p in self.pools for b in p.batches if b.sink() is not None}
+        for key in [k for k in self._by_sink if k not in live]:
+            del self._by_sink[key]
+
+    def on_tasks(self, sink: Any, count: int, error: BaseException | None) -> None:
+        found = self._by_sink.get(id(sink))
+        if found is None or found[0].sink() is not sink:
+            return
+        batch, record = found
+        batch.add(count, error)
+        record.done += count
+        self.tasks_done += count
+        if error is not None:
+            record.errors.append({
+                "batch": batch.gid, "function": batch.function, "tasks": count,
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": "".join(traceback.format_exception(error))})
+
+    def on_worker_lost(self, dispatcher: Any, wid: int, cause: str, retried: int) -> None:
+        record = self._by_dispatcher.get(id(dispatcher))
+        if record is not None:
+            record.losses += 1
+            record.retries += retried
+
+    def on_queue(self, queue: Any) -> None:
+        self.queues[id(queue)] = queue
+
+    def on_manager(self, manager: Any) -> None:
+        self.managers[id(manager)] = manager
+
+    def on_ring(self, ring: Any) -> None:
+        self.rings[id(ring)] = ring

@@ -1,0 +1,103 @@
+"""The page's HTTP server: GET only, nothing it serves changes the run.
+
+``/`` the page, ``/static/...`` its script and style, ``/api/state`` everything the
+page shows (JSON), ``/api/logs?job=NAME`` the tail of a job's output.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import mimetypes
+import threading
+import urllib.parse
+from importlib import resources
+from typing import Any
+
+from ..errors import ConfigError
+from .jobs import log_tail
+from .monitor import Monitor
+
+STATIC = ("index.html", "app.js", "style.css")
+
+
+def _static(name: str) -> bytes:
+    return resources.files(__package__).joinpath("static", name).read_bytes()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: "DashboardServer"
+    server_version = "fiberlite-dashboard"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the run's output is the user's
+        pass
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        path = url.path
+        if path in ("/", "/index.html"):
+            self._send(200, _static("index.html"), "text/html; charset=utf-8")
+        elif path.startswith("/static/") and path[len("/static/"):] in STATIC:
+            name = path[len("/static/"):]
+            kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            self._send(200, _static(name), kind + "; charset=utf-8")
+        elif path == "/api/state":
+            self._json(200, self.server.monitor.state())
+        elif path == "/api/logs":
+            self._logs(urllib.parse.parse_qs(url.query).get("job", [""])[0])
+        else:
+            self._json(404, {"error": f"no such page: {path}"})
+
+    def _logs(self, job: str) -> None:
+        registry = self.server.monitor.registry
+        with registry.lock:
+            record = registry.jobs.get(job)
+        if record is None:
+            self._json(404, {"error": f"no job {job!r} in this run"})
+        else:
+            self._json(200, {"job": job, "text": log_tail(record)})
+
+    def _refuse(self) -> None:
+        self._json(405, {"error": "the dashboard is read-only"})
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
+
+    def _json(self, status: int, data: Any) -> None:
+        self._send(status, json.dumps(data, default=str).encode(), "application/json")
+
+    def _send(self, status: int, body: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class DashboardServer(http.server.ThreadingHTTPServer):
+    """Serves one run's page on its own daemon thread."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, monitor: Monitor) -> None:
+        self.monitor = monitor
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve the dashboard at {host}:{port}: {exc.strerror or exc}; set "
+                f"dashboard (FIBERLITE_DASHBOARD) to another host:port, or to port 0 for any "
+                f"free port") from None
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name="fiberlite-dashboard", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        shown = "127.0.0.1" if host == "0.0.0.0" else host
+        return f"http://{shown}:{port}/"
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+        self.monitor.stop()

@@ -1,0 +1,110 @@
+"""The page's data: one JSON-able dict of everything the registry and the meter know."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .jobs import Meter, host_of, requested, state_of
+from .registry import Batch, PoolRecord, Registry
+
+
+def job_rows(registry: Registry, meter: Meter) -> list[dict]:
+    rows = []
+    for record in list(registry.jobs.values()):
+        state, code = state_of(record)
+        usage = meter.usage.get(record.name)
+        rows.append({"name": record.name, "process": record.process_name,
+                     "backend": record.backend.name, "host": host_of(record), "state": state,
+                     "exitcode": code, "cpu": None if usage is None else usage.cpu,
+                     "memory": None if usage is None else usage.memory,
+                     "requested": requested(record)})
+    return rows
+
+
+def batch_row(batch: Batch, now: float) -> dict:
+    total = batch.total
+    end = batch.finished or now
+    elapsed = max(end - batch.started, 1e-9)
+    rate = batch.done / elapsed
+    left = None
+    if total is not None and batch.finished is None and rate > 0:
+        left = (total - batch.done) / rate
+    return {"id": batch.gid, "call": batch.call, "function": batch.function, "done": batch.done,
+            "total": total, "failed": batch.failed, "rate": rate, "left": left,
+            "finished": batch.finished is not None}
+
+
+def pool_row(record: PoolRecord, registry: Registry, now: float) -> dict | None:
+    pool = record.pool()
+    core = getattr(pool, "_core", None)
+    if core is None:
+        return None
+    dispatcher = core.dispatcher
+    workers = [w for w in list(dispatcher.workers.values()) if not w.gone]
+    jobs = []
+    for process in list(core.procs.values()):
+        launch = getattr(process, "_popen", None)
+        if launch is not None:
+            jobs.append(launch.job.spec.name)
+    return {"name": record.name, "state": dispatcher.state, "size": core.processes,
+            "workers": len(workers), "ready": sum(1 for w in workers if w.ready),
+            "jobs": jobs, "hosted": core.relay is not None,
+            "hosts": sorted(set(_hosts(registry, jobs))),
+            "pending_chunks": len(dispatcher.pending), "losses": record.losses,
+            "retries": record.retries, "done": record.done,
+            "batches": [batch_row(b, now) for b in list(record.batches)][::-1],
+            "errors": list(record.errors)[::-1]}
+
+
+def _hosts(registry: Registry, names: list[str]) -> list[str]:
+    return [host_of(registry.jobs[n]) for n in names if n in registry.jobs]
+
+
+def queue_rows(registry: Registry) -> list[dict]:
+    rows = []
+    for queue in list(registry.queues.values()):
+        channel = queue._servant.channel
+        rows.append({"name": f"{type(queue).__name__} {queue._ref.oid}",
+                     "size": len(channel.items), "maxsize": channel.maxsize,
+                     "readers": len(channel.getters), "writers": len(channel.putters),
+                     "total": channel.enqueued})
+    return rows
+
+
+def manager_rows(registry: Registry) -> list[dict]:
+    rows = []
+    for manager in list(registry.managers.values()):
+        process = manager._process
+        launch = getattr(process, "_popen", None)
+        rows.append({"name": getattr(process, "name", "?"),
+                     "job": launch.job.spec.name if launch is not None else None,
+                     "state": manager._state.value, "alive": bool(process and process.is_alive())})
+    return rows
+
+
+def ring_rows(registry: Registry) -> list[dict]:
+    rows = []
+    for ring in list(registry.rings.values()):
+        rendezvous = ring._rendezvous
+        joined = dict(getattr(rendezvous, "_joined", {}))
+        members = []
+        for rank, process in enumerate(list(ring.processes)):
+            launch = getattr(process, "_popen", None)
+            members.append({"rank": rank, "job": launch.job.spec.name if launch else None,
+                            "host": joined[rank][1] if rank in joined else None,
+                            "exitcode": process.exitcode})
+        rows.append({"name": ring.name, "world_size": ring.world_size, "members": members,
+                     "joined": len(joined)})
+    return rows
+
+
+def snapshot(registry: Registry, meter: Meter, charts: dict[str, Any], meta: dict[str, Any]) -> dict:
+    """Everything the page shows, now."""
+    now = time.monotonic()
+    with registry.lock:
+        pools = [pool_row(p, registry, now) for p in registry.pools]
+        return {**meta, "time": time.time(), "jobs": job_rows(registry, meter),
+                "pools": [p for p in pools if p is not None],
+                "queues": queue_rows(registry), "managers": manager_rows(registry),
+                "rings": ring_rows(registry), "charts": charts,
+                "tasks_done": registry.tasks_done}

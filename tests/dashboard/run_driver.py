@@ -1,0 +1,70 @@
+"""Starts ``live_run.py`` and talks to it: its page's address, commands, answers."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("live_run.py")
+
+
+class LiveRun:
+    """The live run in a child process; ``url`` is its page."""
+
+    def __init__(self, timeout: float = 60) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("FIBERLITE_DASHBOARD", None)
+        self.proc = subprocess.Popen([sys.executable, str(SCRIPT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=env)
+        self.stderr: list[str] = []
+        found = threading.Event()
+        self.url = ""
+
+        def read_stderr() -> None:
+            for line in self.proc.stderr:
+                self.stderr.append(line)
+                match = re.search(r"dashboard at (http://\S+)", line)
+                if match and not found.is_set():
+                    self.url = match.group(1)
+                    found.set()
+            found.set()
+        threading.Thread(target=read_stderr, daemon=True).start()
+        assert found.wait(timeout) and self.url, f"no address printed: {''.join(self.stderr)}"
+        assert self.answer() == "ready"
+
+    def answer(self) -> str:
+        """The next answer line (the per-test timeout bounds the wait)."""
+        line = self.proc.stdout.readline()
+        assert line, f"the run ended: {''.join(self.stderr)}"
+        return line.strip()
+
+    def send(self, command: str) -> None:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def ask(self, command: str) -> str:
+        self.send(command)
+        return self.answer()
+
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=10) as reply:
+            return json.load(reply)
+
+    def close(self) -> int:
+        if self.proc.poll() is None:
+            try:
+                self.send("quit")
+            except OSError:
+                pass
+        try:
+            return self.proc.wait(30)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()

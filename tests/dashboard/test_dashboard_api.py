@@ -1,0 +1,171 @@
+"""The page's data, read over HTTP from a live run: counts of tasks, failures, lost
+workers, queues; read-only; off by default; bad addresses rejected clearly."""
+from __future__ import annotations
+
+import subprocess
+import time
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+from dashboard.run_driver import LiveRun
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def live_run():
+    run = LiveRun()
+    yield run
+    assert run.close() == 0, "".join(run.stderr)
+
+
+def pool_of(state: dict) -> dict:
+    assert len(state["pools"]) == 1, state["pools"]
+    return state["pools"][0]
+
+
+def test_counts_a_map_its_failures_and_a_lost_worker(live_run):
+    assert live_run.ask("map") == "map exact"
+    state = live_run.get("api/state")
+    pool = pool_of(state)
+    assert (pool["size"], pool["workers"]) == (4, 4)
+    assert set(pool["jobs"]) <= {job["name"] for job in state["jobs"]}
+    assert all(job["state"] == "running" and job["backend"] == "local" for job in state["jobs"])
+    [batch] = pool["batches"]
+    assert (batch["call"], batch["function"], batch["done"], batch["total"], batch["failed"]) == \
+        ("map", "slow_square", 1000, 1000, 0)
+    assert batch["finished"] and batch["rate"] > 0
+
+    assert live_run.ask("fail") == "failed"
+    pool = pool_of(live_run.get("api/state"))
+    failing = pool["batches"][0]
+    assert (failing["function"], failing["done"], failing["total"], failing["failed"]) == \
+        ("fails_on_threes", 20, 20, 2)  # 3 and 13, one task a chunk
+    assert len(pool["errors"]) == 2
+    error = pool["errors"][0]
+    assert error["error"].startswith("KeyError") and "fails_on_threes" in error["traceback"]
+    assert "live_run.py" in error["traceback"]  # the worker's own frames
+
+    assert live_run.ask("kill") == "kill exact"
+    pool = pool_of(live_run.get("api/state"))
+    assert pool["losses"] == 1 and pool["retries"] >= 1
+    assert pool["batches"][0]["done"] == 80 == pool["batches"][0]["total"]
+    assert pool["done"] == 1000 + 20 + 80
+
+
+def test_queue_size_and_job_usage(live_run):
+    state = live_run.get("api/state")
+    assert [q["size"] for q in state["queues"]] == [0]
+    assert live_run.ask("put") == "put"
+    state = live_run.get("api/state")
+    assert [(q["size"], q["total"]) for q in state["queues"]] == [(1, 1)]
+    assert live_run.ask("map") == "map exact"
+    state = live_run.get("api/state")  # the meter samples once a second while the page is read
+    assert all(job["memory"] and job["memory"] > 10 << 20 for job in state["jobs"]), state["jobs"]
+    log = live_run.get("api/logs?job=" + state["jobs"][0]["name"])
+    assert "master's own output" in log["text"]
+
+
+def test_read_only_and_unknown_paths(live_run):
+    request = urllib.request.Request(live_run.url + "api/state", data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 405
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(live_run.url + "api/logs?job=nope", timeout=10)
+    assert missing.value.code == 404
+    assert live_run.url.startswith("http://127.0.0.1:")
+
+
+def run_snippet(code: str, **env: str) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+
+
+OFF = """
+import fiberlite as mp, fiberlite.observe as observe, sys
+q = mp.Queue()
+import fiberlite.dashboard as d
+print(observe.watchers, d.url())
+"""
+
+
+def test_off_by_default_no_watcher_left():
+    done = run_snippet(OFF, FIBERLITE_DASHBOARD="")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "None"]
+    assert "dashboard" not in done.stderr
+
+
+def test_bad_address_is_one_clear_error():
+    done = run_snippet("import fiberlite as mp; mp.Queue()", FIBERLITE_DASHBOARD="here:port")
+    assert done.returncode == 1
+    assert "invalid value 'here:port' for setting 'dashboard'" in done.stderr
+    assert "host:port" in done.stderr
+
+
+def test_a_busy_port_is_one_clear_error():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_snippet(f"import fiberlite as mp; mp.init(dashboard='127.0.0.1:{port}')")
+    assert done.returncode == 1
+    assert f"cannot serve the dashboard at 127.0.0.1:{port}" in done.stderr
+    assert "port 0 for any free port" in done.stderr
+
+
+def ring_member(ring, release):
+    total = ring.all_reduce(ring.rank + 1)
+    release.wait(60)
+    return total
+
+
+@pytest.fixture
+def page_here():
+    """The page served by this test process (stopped after)."""
+    from fiberlite import dashboard
+    url = dashboard.start(("127.0.0.1", 0))
+    yield url
+    dashboard.stop()
+
+
+def read(url: str) -> dict:
+    import json
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)
+
+
+def test_managers_and_rings(page_here):
+    import fiberlite
+    with fiberlite.Manager() as manager:
+        release = manager.Event()
+        ring = fiberlite.Ring(2, ring_member, args=(release,), timeout=60)
+        ring.start()
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                state = read(page_here + "api/state")
+                if state["rings"] and state["rings"][0]["joined"] == 2:
+                    break
+                time.sleep(0.1)
+            [ring_row] = state["rings"]
+            assert ring_row["world_size"] == 2
+            assert [m["rank"] for m in ring_row["members"]] == [0, 1]
+            assert all(m["host"] and m["exitcode"] is None for m in ring_row["members"])
+            jobs = {j["name"] for j in state["jobs"]}
+            assert {m["job"] for m in ring_row["members"]} <= jobs
+            [manager_row] = state["managers"]
+            assert manager_row["state"] == "started" and manager_row["job"] in jobs
+        finally:
+            release.set()
+            ring.join(60)
+    assert ring.results == [3, 3]
+    state = read(page_here + "api/state")
+    assert [m["exitcode"] for m in state["rings"][0]["members"]] == [0, 0]
+    assert state["managers"][0]["state"] == "shutdown"

@@ -1,0 +1,118 @@
+"""The page in headless Chromium against a live run: it follows a map of 1,000 tasks
+without a reload, shows a change at its next update, and shows failures and logs
+(benchmarks/bench_dashboard.py measures the delay in seconds).
+Screenshots of the page go to the test's temporary directory, or to the directory
+named by FIBERLITE_SCREENSHOTS (``FIBERLITE_SCREENSHOTS=docs`` renews the ones the
+documentation shows)."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from browser_env import headless_browser
+from dashboard.run_driver import LiveRun
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def browser():
+    driver = headless_browser()
+    yield driver
+    driver.quit()
+
+
+def text(browser, css: str) -> str:
+    """The text of what ``css`` selects, read at once (the page redraws twice a second)."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".map((e) => e.textContent).join(' ')", css)
+
+
+def click(browser, css: str) -> None:
+    browser.execute_script("document.querySelector(arguments[0]).click()", css)
+
+
+def wait_for(browser, condition, timeout: float = 60, step: float = 0.02):
+    """Poll the page (not the run) until ``condition(browser)`` is true; returns when."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition(browser):
+            return time.monotonic()
+        time.sleep(step)
+    raise AssertionError(f"the page never showed it; it shows: {browser.find_element('tag name', 'main').text[:2000]}")
+
+
+@pytest.fixture
+def screenshot(tmp_path):
+    folder = Path(os.environ.get("FIBERLITE_SCREENSHOTS") or tmp_path)
+
+    def take(browser, name: str) -> None:
+        assert browser.save_screenshot(str(folder / name))
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return take
+
+
+def test_page_follows_a_live_run(browser, screenshot):
+    run = LiveRun()
+    try:
+        browser.get(run.url)
+        wait_for(browser, lambda b: "Pool-1" in text(b, "#pool-list"))
+        assert "4 of 4 workers" in text(browser, "#pool-list")
+
+        # a change shows at the page's next update (every 0.5 s), without a reload: the
+        # update under way when the item was put may miss it, the one after may not
+        def queue_and_draws(b) -> tuple[str, int]:
+            return tuple(b.execute_script(
+                "return [document.querySelector('#queues tbody td:nth-child(2)').textContent,"
+                " Number(document.body.dataset.draws)]"))
+        assert queue_and_draws(browser)[0] == "0"
+        run.send("put")
+        assert run.answer() == "put"
+        before = queue_and_draws(browser)[1]
+        shown: list[int] = []  # the count of updates when the change first showed
+
+        def change_shown(b) -> bool:
+            size, count = queue_and_draws(b)
+            if size == "1":
+                shown.append(count)
+            return bool(shown)
+        wait_for(browser, change_shown, timeout=10)
+        assert shown[0] - before <= 2, f"{shown[0] - before} updates before the change showed"
+
+        # a map of 1,000 tasks, seen part done and then done
+        run.send("map")
+        partial = []
+
+        def progress(b):
+            done = text(b, "#pool-list td.done")
+            if done and not done.startswith("1000 / 1000"):
+                partial.append(done)
+            return done.startswith("1000 / 1000")
+        wait_for(browser, progress, timeout=60)
+        assert run.answer() == "map exact"
+        assert any(p.split(" / ")[1] == "1000" and 0 < int(p.split(" / ")[0]) < 1000
+                   for p in partial), partial
+        count = 'return document.querySelectorAll(arguments[0]).length'
+        wait_for(browser, lambda b: b.execute_script(count, "#chart-tasks polyline") == 1
+                 and b.execute_script(count, "#chart-cpu polyline") >= 1)
+        screenshot(browser, "dashboard.png")
+
+        # a failing call: its exception with the worker's traceback
+        assert run.ask("fail") == "failed"
+        wait_for(browser, lambda b: "KeyError" in text(b, "#pool-list summary"))
+        click(browser, "#pool-list summary")
+        wait_for(browser, lambda b: b.execute_script(
+            "return document.querySelector('#pool-list details').open"), timeout=5)
+        assert "fails_on_threes" in text(browser, "#pool-list details pre")
+        # a job's log tail on demand
+        click(browser, "#jobs button")
+        wait_for(browser, lambda b: "master's own output" in text(b, "#log-text"))
+        screenshot(browser, "dashboard-failures.png")
+    finally:
+        assert run.close() == 0, "".join(run.stderr)
+    # the run is over: the page says so instead of going blank
+    wait_for(browser, lambda b: "run ended" in text(b, "#status"), timeout=10)
