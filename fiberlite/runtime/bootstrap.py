@@ -84,9 +84,9 @@ def main() -> None:
                          name="fiberlite-parent-watch", daemon=True).start()
     process._popen = None
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
+    from . import exit_order
     from .hub import flush
-    from ..process import release_links
-    release_links()
+    exit_order.leave(through="backends")  # the hub's sockets stay open to report the exit
     try:
         flush()  # what this job put or sent lands before it is reported gone
     except Exception as exc:
