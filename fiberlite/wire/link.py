@@ -19,6 +19,7 @@ import pynng
 from pynng._nng import ffi, lib
 
 from . import auth, tls
+from .binding import LOOPBACK, bind_host
 from .nngio import TimedAio, message_of, take_frame
 
 HANDSHAKE_TIMEOUT_MS = 10_000
@@ -27,7 +28,6 @@ HANDSHAKE_TIMEOUT_MS = 10_000
 # then stops using the link and its owner keeps what comes next)
 SEND_QUEUE = 8192
 RECEIVE_AHEAD = 128
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ABSTRACT_SOCKETS = sys.platform.startswith("linux")  # nng's abstract:// transport
 
 
@@ -48,7 +48,7 @@ def _listen(sock: pynng.Pair0, host: str, use_tls: bool) -> str:
         except pynng.NNGException:
             pass  # (abstract sockets refused here: TCP does the job)
     scheme = tls.SCHEME if use_tls else tls.PLAIN
-    sock.listen(f"{scheme}{host if host in LOOPBACK else '0.0.0.0'}:0")
+    sock.listen(f"{scheme}{bind_host(host)}:0")
     port = str(sock.listeners[0].local_address).rsplit(":", 1)[1]
     return f"{scheme}{host}:{port}"
 
