@@ -46,14 +46,14 @@ def _watch_parent(client, address: str, timeout: float, lost: threading.Event) -
 
 
 def main() -> None:
+    from . import identity
     try:
         address = os.environ.pop("FIBERLITE_HUB")
         oid = int(os.environ.pop("FIBERLITE_JOB"))
-        key = bytes.fromhex(os.environ.pop("FIBERLITE_AUTHKEY"))
-    except (KeyError, ValueError):
-        _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and FIBERLITE_AUTHKEY; "
+        key = identity.take_key()
+    except (KeyError, ValueError, OSError):
+        _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and the run's key; "
               "jobs are started by fiberlite, not by hand")
-    from . import identity
     identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
     from .hub import ObjectRef, connect
     from ..process import ParentProcess
