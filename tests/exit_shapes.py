@@ -43,8 +43,10 @@ def put_items(queue, count):
         queue.put(i)
 
 
-def ring_member(ring):
-    return ring.all_reduce(ring.rank, op="sum")
+def ring_member(ring, done):
+    total = ring.all_reduce(ring.rank, op="sum")
+    done.put(total)
+    return total
 
 
 def pool_unused():
@@ -70,6 +72,29 @@ def pool_running():
     pending = [pool.apply_async(signal_then_sleep, (i,)) for i in range(4)]
     assert started.wait(60), "no task started"
     return [pool, pending]
+
+
+def pool_hosted():
+    """Workers forked in host jobs (more workers than cores), tasks running."""
+    started = mp.Event()
+    pool = mp.Pool(8, initializer=set_event, initargs=(started,))
+    pending = pool.map_async(signal_then_sleep, range(8), chunksize=1)
+    assert started.wait(60), "no task started"
+    return [pool, pending]
+
+
+def leave_pool_open(done):
+    pool = mp.Pool(2)
+    done.put(sum(pool.map(echo, range(10))))
+
+
+def pool_in_job():
+    """A job that leaves its own pool open: it ends, and the script after it."""
+    done = mp.Queue()
+    process = mp.Process(target=leave_pool_open, args=(done,))
+    process.start()
+    assert done.get(timeout=60) == 45
+    return [process, done]
 
 
 def pool_dropped():
@@ -130,9 +155,12 @@ def queue_child_items():
 
 
 def ring_open():
-    ring = mp.Ring(2, ring_member)
+    """A ring whose members did their work and are ending; never joined."""
+    done = mp.Queue()
+    ring = mp.Ring(2, ring_member, args=(done,))
     ring.start()
-    return [ring]
+    assert [done.get(timeout=60) for _ in range(2)] == [1, 1]
+    return [ring, done]
 
 
 def everything():
@@ -151,7 +179,7 @@ def raises():
 SHAPES = {name: obj for name, obj in list(globals().items())
           if callable(obj) and getattr(obj, "__module__", None) == __name__
           and name not in {"echo", "sleep_long", "set_event", "signal_then_sleep",
-                           "wait_forever", "put_items", "ring_member"}}
+                           "wait_forever", "put_items", "ring_member", "leave_pool_open"}}
 
 
 if __name__ == "__main__":
