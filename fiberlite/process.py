@@ -4,7 +4,6 @@ a backend instead of forking. The behaviour mirrors CPython's
 :mod:`fiberlite.runtime.launcher`."""
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import sys
@@ -12,7 +11,7 @@ import threading
 from typing import Any, Callable, Iterable, Mapping
 
 from . import observe
-from .runtime import identity
+from .runtime import exit_order, identity
 
 _children: set["Process"] = set()
 
@@ -275,7 +274,7 @@ class Process:
                 self.run()
                 exitcode = 0
             finally:
-                _exit_function()
+                exit_order.leave(through="children")
         except SystemExit as exc:
             if exc.code is None:
                 exitcode = 0
@@ -311,7 +310,7 @@ def _exitcode_name(code: int | None) -> str:
     return str(code)
 
 
-def _exit_function() -> None:
+def _end_children() -> None:
     """At exit: terminate daemonic children, then wait for the others (as multiprocessing)."""
     for child in active_children():
         if child.daemon and child._popen is not None:
@@ -321,30 +320,4 @@ def _exit_function() -> None:
             child._popen.wait()
 
 
-def release_links() -> None:
-    """Before this process leaves: what its links were sent and it did not read goes
-    back to the pipes and queues it came from (see :mod:`fiberlite.runtime.pipelink`)."""
-    pipelink = sys.modules.get("fiberlite.runtime.pipelink")
-    if pipelink is not None:
-        pipelink.unlink_all()
-
-
-def _at_exit() -> None:
-    """This process's exit, in order: children ended or joined; their watchers done;
-    links handed back; backends closed (watches stopped, the run's Secrets removed);
-    then the hub's sockets. Only what this process has used is loaded here."""
-    _exit_function()
-    launcher = sys.modules.get("fiberlite.runtime.launcher")
-    if launcher is not None:
-        launcher.join_watchers(WATCHER_JOIN_SECONDS)
-    release_links()
-    backends = sys.modules.get("fiberlite.backends")
-    if backends is not None:
-        backends.close_all()
-    hub = sys.modules.get("fiberlite.runtime.hub")
-    if hub is not None:
-        hub.shutdown()
-
-
-WATCHER_JOIN_SECONDS = 15.0  # sentinel threads finishing their job's clean-up at exit
-atexit.register(_at_exit)
+exit_order.at_exit("children", _end_children)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import codecs
 import enum
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -13,6 +14,17 @@ RUN_LABEL = "fiberlite/run"
 JOB_LABEL = "fiberlite/job"
 PARENT_LABEL = "fiberlite/parent"
 WATCHED_LABELS = (RUN_LABEL, PARENT_LABEL)  # backends watch their jobs by these: one watch per run and parent
+
+# Where a job finds its ``JobSpec.secret_env`` when a backend does not put it in the
+# environment (where /proc/PID/environ, ``docker inspect`` and a pod spec show it): a
+# descriptor to read it from, or a file to read and remove.
+SECRETS_FD_ENV = "FIBERLITE_SECRETS_FD"
+SECRETS_FILE_ENV = "FIBERLITE_SECRETS_FILE"
+
+
+def encode_secrets(secret_env: dict[str, str]) -> bytes:
+    """``secret_env`` as a job reads it from :data:`SECRETS_FD_ENV` or :data:`SECRETS_FILE_ENV`."""
+    return json.dumps(secret_env).encode()
 
 
 @dataclass
@@ -27,7 +39,7 @@ class JobSpec:
     name: str = "fiberlite-job"
     image: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-    secret_env: dict[str, str] = field(default_factory=dict)
+    secret_env: dict[str, str] = field(default_factory=dict)  # the run's key: delivered unseen where the backend can
     cpu: float | None = None
     memory: int | None = None  # bytes
     gpu: int | None = None

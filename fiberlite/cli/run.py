@@ -138,10 +138,12 @@ def run_local(args: argparse.Namespace, env: dict[str, str], run_id: str, job_na
     if ignored:
         sys.stderr.write(f"fiberlite: {', '.join(ignored)} do(es) not apply to the local backend; ignored\n")
     env = {**os.environ, **env, **dict(args.env)}
-    log_path = local_runs.log_path(job_name)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        local_runs.private_log_dir()
+    except OSError as exc:
+        raise CliError(f"cannot keep the run's log: {exc}") from None
     local_runs.done_path(job_name).unlink(missing_ok=True)
-    with open(log_path, "wb") as log:
+    with local_runs.open_private(local_runs.log_path(job_name)) as log:
         try:
             proc = subprocess.Popen([sys.executable, args.script, *args.args], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -198,7 +200,8 @@ def _finish_log(proc: subprocess.Popen, pumps: list, job_name: str) -> None:
 def _mark_done(job_name: str, code: int) -> None:
     from ..backends.local import runs as local_runs
     try:
-        local_runs.done_path(job_name).write_text(f"{code}\n")
+        with local_runs.open_private(local_runs.done_path(job_name)) as done:
+            done.write(f"{code}\n".encode())
     except OSError:
         pass
 

@@ -9,7 +9,6 @@ types of ``multiprocessing.managers.SyncManager``, including the :class:`Namespa
 from __future__ import annotations
 
 import array
-import atexit
 import builtins
 import queue
 import threading
@@ -19,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .. import observe
 from ..errors import ProcessError
 from ..process import Process
+from ..runtime import exit_order
 from ..runtime.hub import ObjectRef
 from ..wire.codec import Payload
 from .calls import Token, _caller, _dead, _raise_remote, _sending, _server_call, _watched
@@ -343,4 +343,4 @@ def _shutdown_all() -> None:
             pass
 
 
-atexit.register(_shutdown_all)
+exit_order.at_exit("managers", _shutdown_all)

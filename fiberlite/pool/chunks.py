@@ -63,12 +63,21 @@ def unpack(data: Any) -> Any:
 
 
 # -- failures ---------------------------------------------------------------------------------
+def encoding_error(reason: str, value: str) -> MaybeEncodingError:
+    """``MaybeEncodingError`` from what was already described as text (``repr(exc)``,
+    ``short_repr(value)``): its message shows each once, as the stdlib's does (whose
+    constructor takes the objects themselves and quotes their ``repr``)."""
+    error = MaybeEncodingError(reason, value)
+    error.exc, error.value = reason, value  # str() reads these; they travel in __dict__
+    return error
+
+
 def pack_failure(exc: BaseException, tb: str) -> bytes:
     """An exception raised by a task, with its formatted traceback."""
     try:
         return dumps_bytes((exc, tb))
     except Exception as error:
-        substitute = MaybeEncodingError(repr(error), short_repr(exc))
+        substitute = encoding_error(repr(error), short_repr(exc))
         return dumps_bytes((substitute, tb))
 
 
@@ -77,10 +86,10 @@ def unpack_failure(data: bytes) -> BaseException:
     try:
         exc, tb = unpack(data)
     except Exception as error:
-        return MaybeEncodingError(repr(error), "an exception raised by the task")
+        return encoding_error(repr(error), "an exception raised by the task")
     if isinstance(exc, BaseException):
         return rebuild_failure(exc, tb)
-    return MaybeEncodingError("not an exception", short_repr(exc))
+    return encoding_error("not an exception", short_repr(exc))
 
 
 def rebuild_failure(exc: BaseException, tb: str) -> BaseException:

@@ -9,7 +9,6 @@ result thread (unpickles results, runs callbacks), and one feeder per ``imap`` c
 """
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import itertools
 import math
@@ -17,14 +16,14 @@ import os
 import threading
 import weakref
 from multiprocessing.connection import wait as wait_for
-from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
 from .. import config, observe
 from ..errors import BrokenPoolError, ProcessError
+from ..runtime import exit_order
 from ..runtime.hub import get_hub
 from ..runtime.limits import check_room
-from .chunks import pack_items, unpack, unpack_failure
+from .chunks import encoding_error, pack_items, unpack, unpack_failure
 from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
 from .host import host_main
 from .packing import DESCRIPTORS_PER_JOB, HostedWorker, workers_per_job
@@ -120,7 +119,7 @@ class Core:
             try:
                 loaded = unpack(values)
             except Exception as exc:
-                error = MaybeEncodingError(repr(exc), "results sent by a worker")
+                error = encoding_error(repr(exc), "results sent by a worker")
         for sink, start, count, status, data in entries:
             ok, value = False, None
             try:
@@ -432,7 +431,6 @@ def feed(core: Core, group: Any, sink: IMapIterator, source: Any, chunksize: int
         sink._abort(exc)
 
 
-@atexit.register
 def _terminate_all() -> None:
     """At exit, stop the pools still running (before their daemonic workers are reaped)."""
     for core in list(_cores):
@@ -440,3 +438,6 @@ def _terminate_all() -> None:
             core.terminate()
         except Exception:
             pass
+
+
+exit_order.at_exit("pools", _terminate_all)

@@ -51,6 +51,7 @@ The master's state and threads are in :mod:`.core`, the format of what travels i
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
 from multiprocessing.pool import MaybeEncodingError
@@ -139,11 +140,14 @@ class Pool:
     def __exit__(self, *exc_info: Any) -> None:
         self.terminate()
 
-    def __del__(self, _warn=warnings.warn, RUN=RUN) -> None:
+    def __del__(self, _warn=warnings.warn, RUN=RUN, _finalizing=sys.is_finalizing) -> None:
         core = getattr(self, "_core", None)
-        if getattr(self, "_state", None) == RUN and core is not None:
-            _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning, source=self)
-            threading.Thread(target=core.terminate, daemon=True).start()
+        if getattr(self, "_state", None) != RUN or core is None or core.state == TERMINATE:
+            return
+        _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning, source=self)
+        if not _finalizing():  # else the exit hook stopped it (no thread starts any more)
+            threading.Thread(target=core.terminate, name="fiberlite-pool-collected",
+                             daemon=True).start()
 
     # -- size ----------------------------------------------------------------------------------
     def resize(self, processes: int) -> None:

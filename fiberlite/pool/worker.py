@@ -17,12 +17,11 @@ import threading
 import time
 import traceback
 import types
-from multiprocessing.pool import MaybeEncodingError
 from typing import Any
 
 from ..errors import ConnectionLost
 from ..wire.codec import dumps_bytes, short_repr
-from .chunks import pack, pack_failure, unpack
+from .chunks import encoding_error, pack, pack_failure, unpack
 
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
@@ -167,7 +166,7 @@ class _Worker:
                 try:
                     dumps_bytes(value)
                 except Exception as exc:
-                    error = MaybeEncodingError(repr(exc), short_repr(value))
+                    error = encoding_error(repr(exc), short_repr(value))
                     failure = pack_failure(error, "Traceback: the result could not be pickled\n")
                 else:
                     kept.append(value)

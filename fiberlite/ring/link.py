@@ -39,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..wire import auth
+from ..wire.binding import bind_host
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,7 @@ class NeighbourLinkLost(ConnectionError):
 def _bind(host: str) -> tuple[str, socket.AddressFamily]:
     """Where to listen so that jobs reaching ``host`` reach the listener (as the hub)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return host, family
-    return ("::" if family == socket.AF_INET6 else ""), family
+    return bind_host(host).strip("[]"), family
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -52,14 +52,14 @@ def _watch_parent(client, address: str, timeout: float, lost: threading.Event) -
 
 
 def main() -> None:
+    from . import identity
     try:
         address = os.environ.pop("FIBERLITE_HUB")
         oid = int(os.environ.pop("FIBERLITE_JOB"))
-        key = bytes.fromhex(os.environ.pop("FIBERLITE_AUTHKEY"))
-    except (KeyError, ValueError):
-        _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and FIBERLITE_AUTHKEY; "
+        key = identity.take_key()
+    except (KeyError, ValueError, OSError):
+        _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and the run's key; "
               "jobs are started by fiberlite, not by hand")
-    from . import identity
     identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
     from .hub import ObjectRef, connect
     from ..process import ParentProcess
@@ -94,9 +94,9 @@ def main() -> None:
                          name="fiberlite-parent-watch", daemon=True).start()
     process._popen = None
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
+    from . import exit_order
     from .hub import flush
-    from ..process import release_links
-    release_links()
+    exit_order.leave(through="backends")  # the hub's sockets stay open to report the exit
     try:
         flush()  # what this job put or sent lands before it is reported gone
     except Exception as exc:

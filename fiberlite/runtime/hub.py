@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from . import identity
+from . import exit_order, identity
 from .limits import raise_open_file_limit
 from .scheduler import Scheduler
 from ..wire.client import Client
@@ -297,6 +297,9 @@ def shutdown() -> None:
     hub, _hub = _hub, None
     if hub is not None:
         hub.close()
+
+
+exit_order.at_exit("sockets", shutdown)
 
 
 def _forget(slot: Any, client: Client) -> None:

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import secrets
+
+from ..backends.base import SECRETS_FD_ENV, SECRETS_FILE_ENV
 
 _KEY_ENV = "FIBERLITE_AUTHKEY"
 _RUN_ENV = "FIBERLITE_RUN_ID"
@@ -46,3 +49,33 @@ def reset_child_counter() -> None:
 def key_env() -> dict[str, str]:
     """The secret environment a child job needs to join this run."""
     return {_KEY_ENV: key().hex()}
+
+
+def take_key() -> bytes:
+    """In a job: the run's key, taken from where its backend left it (a descriptor, a
+    file, or the environment, see :func:`take_secrets`); ``KeyError`` or ``ValueError``
+    when there is none."""
+    return bytes.fromhex(take_secrets()[_KEY_ENV])
+
+
+def take_secrets() -> dict[str, str]:
+    """In a job: the secret environment its backend handed it, read once and removed
+    from where it was: a pipe (local), a file in the container (Docker), the environment
+    (Kubernetes, from a Secret). Nothing of it stays in ``os.environ``, which children
+    inherit."""
+    found: dict[str, str] = {}
+    fd = os.environ.pop(SECRETS_FD_ENV, None)
+    if fd is not None:
+        with os.fdopen(int(fd), "rb") as pipe:
+            found.update(json.loads(pipe.read()))
+    path = os.environ.pop(SECRETS_FILE_ENV, None)
+    if path is not None:
+        with open(path, "rb") as fh:
+            found.update(json.loads(fh.read()))
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if _KEY_ENV in os.environ:
+        found.setdefault(_KEY_ENV, os.environ.pop(_KEY_ENV))
+    return found

@@ -17,8 +17,8 @@ import weakref
 from typing import Any
 
 from .. import config
-from . import identity
-from ..backends import JobSpec, get_backend
+from . import exit_order, identity
+from ..backends import JobSpec, close_all, get_backend
 from .handles import expire_exports, exports_for_job
 from .hub import Servant, get_hub
 from ..meta import requests_of
@@ -135,6 +135,11 @@ def join_watchers(timeout: float) -> None:
     deadline = time.monotonic() + timeout
     for watcher in list(_watchers):
         watcher.join(max(0.0, deadline - time.monotonic()))
+
+
+WATCHER_JOIN_SECONDS = 15.0  # sentinel threads finishing their job's clean-up at exit
+exit_order.at_exit("watchers", lambda: join_watchers(WATCHER_JOIN_SECONDS))
+exit_order.at_exit("backends", close_all)
 
 
 class Launch:

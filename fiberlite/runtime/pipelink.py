@@ -35,7 +35,7 @@ from typing import Any, Callable
 import pynng
 from pynng._nng import lib
 
-from . import identity
+from . import exit_order, identity
 from .hub import ObjectRef, Servant, get_hub
 from ..wire import codec
 from ..wire.codec import Payload
@@ -473,6 +473,9 @@ def unlink_all(timeout: float = UNLINK_AT_EXIT_SECONDS) -> None:
                               daemon=True, name="fiberlite-unlink-at-exit")
     thread.start()
     thread.join(timeout)
+
+
+exit_order.at_exit("links", unlink_all)
 
 
 def unlink_own(ref: ObjectRef, end: Any) -> None:

@@ -19,6 +19,7 @@ import pynng
 from pynng._nng import ffi, lib
 
 from . import auth, tls
+from .binding import LOOPBACK, bind_host
 from .guard import CallGuard
 from .nngio import TimedAio, message_of, take_frame
 
@@ -31,7 +32,6 @@ RECEIVE_AHEAD = 128
 # the writer (dialing) side takes in up to this many frames: room for an acknowledgement of
 # every frame it may have sent, so that the reader never waits to acknowledge
 WRITER_RECEIVE_AHEAD = SEND_QUEUE
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ABSTRACT_SOCKETS = sys.platform.startswith("linux")  # nng's abstract:// transport
 
 
@@ -53,7 +53,7 @@ def _listen(sock: pynng.Pair0, host: str, use_tls: bool) -> str:
         except pynng.NNGException:
             pass  # (abstract sockets refused here: TCP does the job)
     scheme = tls.SCHEME if use_tls else tls.PLAIN
-    sock.listen(f"{scheme}{host if host in LOOPBACK else '0.0.0.0'}:0")
+    sock.listen(f"{scheme}{bind_host(host)}:0")
     port = str(sock.listeners[0].local_address).rsplit(":", 1)[1]
     return f"{scheme}{host}:{port}"
 

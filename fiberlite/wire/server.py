@@ -15,6 +15,7 @@ from typing import Any, Callable
 import pynng
 
 from . import auth, codec, tls
+from .binding import bind_host
 from .guard import SocketGuard
 from .nngio import Io, close_pipe
 
@@ -79,8 +80,7 @@ class Server:
         self._sock = pynng.Rep0(recv_max_size=0, **options)
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         self._guard = SocketGuard(self._sock)
-        bind_host = "0.0.0.0" if host not in ("127.0.0.1", "localhost", "::1") else host
-        self._sock.listen(f"{scheme}{bind_host}:{port}")
+        self._sock.listen(f"{scheme}{bind_host(host)}:{port}")
         bound = str(self._sock.listeners[0].local_address)
         self.port = int(bound.rsplit(":", 1)[1])
         self.address = f"{scheme}{host}:{self.port}"

@@ -390,23 +390,29 @@ def test_parent_sigkill_leaves_no_container(image, api, tmp_path):
 
 # -- a named Docker network ---------------------------------------------------------------------
 NETWORKED = textwrap.dedent("""
-    import json, os, sys, fiberlite, jobs
+    import json, os, sys, fiberlite, jobs, psutil
     from fiberlite.runtime.hub import get_hub
+
+    def bound():  # the local addresses this process's hub listens on
+        port = int(get_hub().address.rsplit(":", 1)[1])
+        return sorted({c.laddr.ip for c in psutil.Process().net_connections(kind="tcp")
+                       if c.status == psutil.CONN_LISTEN and c.laddr.port == port})
 
     def where(q):
         child = fiberlite.Process(target=jobs.put_value, args=(q, "from the grandchild"))
         child.start()
         child.join()
-        q.put((get_hub().address, child.exitcode))
+        q.put((get_hub().address, child.exitcode, bound()))
 
     if __name__ == "__main__":
         q = fiberlite.Queue()
         p = fiberlite.Process(target=where, args=(q,))
         p.start()
         value = q.get(timeout=60)
-        child_hub, code = q.get(timeout=60)
+        child_hub, code, child_bound = q.get(timeout=60)
         p.join(60)
         print(json.dumps({"parent_hub": get_hub().address, "child_hub": child_hub,
+                          "parent_bound": bound(), "child_bound": child_bound,
                           "value": value, "codes": [p.exitcode, code]}), flush=True)
 """)
 
@@ -434,6 +440,8 @@ def test_named_network(image, api, tmp_path):
     assert result["parent_hub"].startswith(f"tcp://{gateway}:")  # the host, as the network sees it
     child_ip = result["child_hub"].split("//")[1].rsplit(":", 1)[0]
     assert child_ip != gateway and child_ip.rsplit(".", 1)[0] == gateway.rsplit(".", 1)[0]
+    # each hub listens on the address it gave out, not on every interface
+    assert result["parent_bound"] == [gateway] and result["child_bound"] == [child_ip]
     assert result["value"] == "from the grandchild" and result["codes"] == [0, 0]
 
 

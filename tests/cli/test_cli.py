@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -107,6 +108,19 @@ def test_run_streams_output_and_exits_with_the_code(cli):
     logs = cli("logs", f"fl-{run_id}-master")
     assert logs.returncode == 0 and "squares [4, 9]" in logs.stdout and "to stderr" in logs.stdout
     assert cli("logs", "fl-nosuchrun-master", "--backend", "local").returncode == 1
+
+
+def test_run_keeps_its_logs_readable_by_the_user_only(cli, tmp_path):
+    logs = tmp_path / "state" / "fiberlite" / "logs"
+    logs.mkdir(parents=True, mode=0o755)  # as an older version left it
+    logs.chmod(0o755)
+    done = cli("run", "script.py", preexec_fn=lambda: os.umask(0))  # modes do not come from umask
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    files = sorted(logs.iterdir())
+    assert [p.suffix for p in files] == [".exit", ".log"]
+    assert [stat.S_IMODE(p.stat().st_mode) for p in files] == [0o600, 0o600]
+    assert "squares [4, 9]" in files[1].read_text()
 
 
 def test_run_reports_a_signal_death_as_128_plus_n(cli):

@@ -5,6 +5,7 @@ import itertools
 import multiprocessing
 import multiprocessing.pool
 import os
+import re
 import sys
 import threading
 import time
@@ -344,12 +345,29 @@ def test_unpicklable_item_after_the_first_chunks_were_queued(pool):
     assert pool._core.results == {}  # the failed call left no result behind
 
 
+def raise_holding_lock():
+    raise LockedError(threading.Lock())
+
+
+class LockedError(Exception):
+    pass
+
+
 def test_unpicklable_result(pool):
     for _ in range(3):
         result = pool.apply_async(return_lock)
-        with pytest.raises(MaybeEncodingError):
+        with pytest.raises(MaybeEncodingError) as info:
             result.get(30)
     assert multiprocessing.pool.MaybeEncodingError is MaybeEncodingError
+    # the stdlib's message: each object shown once, in one pair of quotes
+    lock = r"<unlocked _thread.lock object at 0x[0-9a-f]+>"
+    reason = r"""TypeError\("cannot pickle '_thread.lock' object"\)"""
+    assert re.fullmatch(f"Error sending result: '{lock}'. Reason: '{reason}'", str(info.value))
+    assert re.fullmatch(lock, info.value.value) and re.fullmatch(reason, info.value.exc)
+    with pytest.raises(MaybeEncodingError) as info:  # a task's exception that cannot travel
+        pool.apply(raise_holding_lock)
+    assert re.fullmatch(rf"Error sending result: 'LockedError\({lock}\)'. Reason: '{reason}'",
+                        str(info.value))
     assert pool.apply(square, (5,)) == 25
 
 

@@ -184,6 +184,9 @@ class DockerBackend(Backend):
         with self._cond:
             self._jobs[cid] = job  # before start: its die event cannot come before
         try:
+            if spec.secret_env:
+                api.put_archive(cid, "/",
+                                docker_spec.secrets_archive(spec.secret_env, conf.user))
             sock = api.attach_socket(cid, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 1})
             job.pump = OutputPump(sock, name, self._notify)
             job.pump.start()

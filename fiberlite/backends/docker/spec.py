@@ -10,9 +10,10 @@ What a job container gets:
 - ``JobSpec.volumes`` (an absolute host path is a bind mount, any other name a Docker volume);
 - the Docker socket (when the daemon is reached through one), so that a job can start
   jobs of its own; the container runs as the parent's user when that is not root;
-- environment: ``JobSpec.env`` and ``secret_env`` (Docker keeps both in the container
-  config, visible to ``docker inspect``; a job removes the key from its environment as
-  soon as it has read it);
+- environment: ``JobSpec.env`` (Docker keeps it in the container config, visible to
+  ``docker inspect``); ``secret_env`` is not in it: it is copied into the created
+  container as a file of its user's only (:func:`secrets_archive`), which the job reads
+  and removes before it runs anything;
 - resources: ``cpu`` -> ``NanoCpus``, ``memory`` -> ``Memory``, ``gpu`` -> a device request
   for that many GPUs (needs the NVIDIA Container Toolkit on the host);
 - ``init`` (a tiny init as PID 1 forwards signals, so SIGTERM stops the job) and
@@ -25,20 +26,24 @@ children run the same image).
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import site
 import stat
 import sys
 import sysconfig
+import tarfile
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...errors import BackendError
-from ..base import JobSpec
+from ..base import SECRETS_FILE_ENV, JobSpec, encode_secrets
 from .api import CONTAINER_ENV, OwnContainer
 
 SOCKET_PATH = "/var/run/docker.sock"
+SECRETS_DIR = "/.fiberlite-secrets"  # made by the archive in the container's own root, never a mount
+SECRETS_FILE = "secrets"
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
@@ -236,7 +241,8 @@ def build(spec: JobSpec, image: str, network: str, settings: dict[str, Any],
     cwd = spec.cwd or working_dir
     in_mount = any(m.kind == "bind" and _inside(cwd, m.target) for m in mounts)
     environment = dict(spec.env)
-    environment.update(spec.secret_env)
+    if spec.secret_env:
+        environment[SECRETS_FILE_ENV] = f"{SECRETS_DIR}/{SECRETS_FILE}"
     name = container_name(spec.name)
     environment[CONTAINER_ENV] = name
     if not _is_unix(base_url):  # a TCP daemon: tell the job where it is (certificates: volumes)
@@ -261,3 +267,23 @@ def build(spec: JobSpec, image: str, network: str, settings: dict[str, Any],
         nano_cpus=int(round(spec.cpu * 1e9)) if spec.cpu else None,
         mem_limit=int(spec.memory) if spec.memory else None,
         gpus=int(spec.gpu) if spec.gpu else None)
+
+
+def secrets_archive(secret_env: dict[str, str], user: str | None) -> bytes:
+    """A tar of :data:`SECRETS_DIR` (0700) holding one file with ``secret_env`` (0600),
+    both owned by the container's ``user`` ("uid:gid", root when None), which can read
+    and remove it; for ``put_archive`` at ``/`` before the container starts."""
+    data = encode_secrets(secret_env)
+    folder = tarfile.TarInfo(SECRETS_DIR.lstrip("/"))
+    folder.type, folder.mode = tarfile.DIRTYPE, 0o700
+    member = tarfile.TarInfo(f"{folder.name}/{SECRETS_FILE}")
+    member.size, member.mode = len(data), 0o600
+    if user:
+        uid, _, gid = user.partition(":")
+        for entry in (folder, member):
+            entry.uid, entry.gid = int(uid), int(gid or 0)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.addfile(folder)
+        archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()

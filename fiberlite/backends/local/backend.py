@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from typing import Iterator
 import psutil
 
 from ...errors import BackendError
-from ..base import Backend, Job, JobSpec, JobState
+from ..base import SECRETS_FD_ENV, Backend, Job, JobSpec, JobState, encode_secrets
 
 
 BOOTSTRAP_MODULE = "fiberlite.runtime.bootstrap"  # in the command line of every job
@@ -30,17 +31,25 @@ class LocalBackend(Backend):
     name = "local"
 
     def create_job(self, spec: JobSpec) -> Job:
+        """Start the process; its secret environment travels on a pipe, so that it is in
+        neither its environment nor /proc/PID/environ."""
         env = dict(os.environ)
         env.update(spec.env)
-        env.update(spec.secret_env)
         command = list(spec.command)
         if command and command[0] == "python":
             command[0] = sys.executable  # the same interpreter as the parent
+        secrets = _secrets_pipe(spec.secret_env) if spec.secret_env else None
+        if secrets is not None:
+            env[SECRETS_FD_ENV] = str(secrets)
         try:
             proc = subprocess.Popen(command, env=env, cwd=spec.cwd or None,
-                                    stdin=subprocess.DEVNULL, close_fds=True)
+                                    stdin=subprocess.DEVNULL, close_fds=True,
+                                    pass_fds=() if secrets is None else (secrets,))
         except OSError as exc:
             raise BackendError(f"cannot start local job {spec.name}: {exc}") from None
+        finally:
+            if secrets is not None:
+                os.close(secrets)
         return Job(self, str(proc.pid), spec, pid=proc.pid, handle=proc)
 
     def status(self, job: Job) -> JobState:
@@ -100,3 +109,16 @@ class LocalBackend(Backend):
     def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
         from . import runs as local_runs
         return local_runs.stream_logs(job_name, follow)
+
+
+def _secrets_pipe(secret_env: dict[str, str]) -> int:
+    """The reading end of a pipe that holds ``secret_env``, its writing end closed."""
+    data = encode_secrets(secret_env)
+    if len(data) > select.PIPE_BUF:  # written at once, before the job reads
+        raise BackendError(f"a job's secret environment is limited to {select.PIPE_BUF} bytes")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)
+    finally:
+        os.close(write_end)
+    return read_end

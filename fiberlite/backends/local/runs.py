@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 import psutil
 
@@ -18,6 +18,25 @@ def log_dir() -> Path:
     """Where ``fiberlite run`` keeps the output of local master jobs."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "fiberlite" / "logs"
+
+
+def private_log_dir() -> Path:
+    """:func:`log_dir`, made if missing and readable by this user only (0700): a run's
+    output may hold anything its script printed."""
+    directory = log_dir()
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if directory.stat().st_uid != os.getuid():
+        raise PermissionError(f"the log directory {directory} belongs to another user; "
+                              "set XDG_STATE_HOME to a directory of yours")
+    directory.chmod(0o700)  # made by an older version with the default mode
+    return directory
+
+
+def open_private(path: Path) -> BinaryIO:
+    """``path`` opened for writing from its start, readable by this user only (0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # it existed with another mode
+    return os.fdopen(fd, "wb")
 
 
 def log_path(job_name: str) -> Path:
