@@ -30,6 +30,7 @@ KINDS = {
     "parse_memory": "bytes or `512Mi`, `8Gi`, `1G`",
     "parse_count": "whole number",
     "parse_address": "`host:port`, a port (loopback), or `off`",
+    "_positive_count": "whole number (>= 1)",
 }
 
 

@@ -125,6 +125,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("dashboard", None, parse_address,
             "serve the run's live page at host:port (a port alone: on loopback; 0: any free port; "
             "off: none)"),
+    Setting("auth_timeout", 10.0, _seconds,
+            "seconds a connection may take to prove it holds the run's key before it is closed"),
+    Setting("auth_pending_limit", 256, _positive_count,
+            "connections that have not yet proved the key kept open at once, per listening socket"),
 )}
 
 # settings that describe one job and are not handed down to its children

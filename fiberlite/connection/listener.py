@@ -25,10 +25,13 @@ from typing import Any
 
 from ..errors import AuthenticationError
 from ..wire.codec import dumps_bytes
+from ..wire.gate import Gate
+from .challenges import Acceptor, listening_socket, unlink_quietly
 
 Address = Any  # (host, port) for TCP; a path for a Unix socket
 families = ["AF_INET", "AF_UNIX"]
 default_family = "AF_INET"  # other jobs may run on other machines
+BACKLOG = 64    # connections the kernel holds before they are accepted (challenges run meanwhile)
 
 _own_listeners: set = set()  # addresses of this process's open listeners
 
@@ -159,37 +162,53 @@ class Listener:
 
     ``address`` defaults to a free port on the address where jobs of the configured
     backend reach this process (not a Unix socket: other jobs may run elsewhere);
-    ``authkey`` defaults to the run's key, shared by all its jobs.
+    ``authkey`` defaults to the run's key, shared by all its jobs. Each peer is
+    challenged while others are accepted (see :mod:`.challenges`).
     """
 
     def __init__(self, address: Address = None, family: str | None = None, backlog: int = 1,
                  authkey: bytes | None = None) -> None:
-        if family is not None and family not in families:
-            raise ValueError(f"unknown family {family!r}: use one of {families}")
+        from .. import config
+        if family is not None and family not in families + ["AF_INET6"]:
+            raise ValueError(f"unknown family {family!r}: use one of {families} (or AF_INET6)")
         if address is None and family in (None, "AF_INET"):
             address = _default_address()
-        self._listener = _stdlib.Listener(address, family, backlog, _key(authkey))
-        _own_listeners.add(self._listener.address)
+        family = family or _stdlib.address_type(address)
+        if address is None:
+            address = _stdlib.arbitrary_address(family)
+        sock = listening_socket(address, family, max(backlog, BACKLOG))
+        self._unix_path = sock.getsockname() if family == "AF_UNIX" else None
+        self._address = sock.getsockname()
+        self._last_accepted: Address = None
+        gate = Gate(config.get("auth_timeout"), config.get("auth_pending_limit"),
+                    f"the Listener at {self._address!r}")
+        self._acceptor = Acceptor(sock, _key(authkey), gate)
+        _own_listeners.add(self._address)
 
     def accept(self) -> SocketConnection:
-        """Wait for a connection whose peer proves it holds the key."""
+        """Wait for a connection whose peer proves it holds the key (other peers are
+        accepted and challenged meanwhile; one that resets or stays silent is dropped)."""
         try:
-            return SocketConnection(self._listener.accept())
+            conn, self._last_accepted = self._acceptor.accept()
         except _stdlib.AuthenticationError as exc:
             raise AuthenticationError(f"a client of {self.address} failed authentication: {exc}") from None
+        return SocketConnection(conn)
 
     def close(self) -> None:
-        _own_listeners.discard(self._listener.address)
-        self._listener.close()
+        _own_listeners.discard(self._address)
+        self._acceptor.close()
+        if self._unix_path is not None:
+            unlink_quietly(self._unix_path)
+            self._unix_path = None
 
     @property
     def address(self) -> Address:
         """Where clients connect: pass it to :func:`Client` (in any job of the run)."""
-        return self._listener.address
+        return self._address
 
     @property
     def last_accepted(self) -> Address:
-        return self._listener.last_accepted
+        return self._last_accepted
 
     def __enter__(self) -> "Listener":
         return self
