@@ -34,8 +34,16 @@ MAX_MESSAGE = 1 << 20  # bytes of one control message (a preparation is the larg
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole process group: the template ends when its host does
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = socket.socket(fileno=int(sys.argv[1]))
-    _, preparation, key, run_id = pickle.loads(control.recv(MAX_MESSAGE))
+    try:
+        first = control.recv(MAX_MESSAGE)
+    except OSError:
+        first = b""
+    if not first:
+        return  # the host ended (a pool stopped as it started): nothing to do, nothing to say
+    _, preparation, key, run_id = pickle.loads(first)
     from ..runtime import identity
     from ..runtime.bootstrap import _prepare
     identity.adopt(key, run_id)
@@ -129,6 +137,7 @@ def _become_worker(sock: socket.socket, wid: int, own_fds: tuple[int, int]) -> N
     """In the forked child: drop the template's state, then run one pool worker."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for fd in own_fds:
         os.close(fd)
     numpy = sys.modules.get("numpy")
