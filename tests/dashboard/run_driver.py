@@ -68,3 +68,9 @@ class LiveRun:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def read(url: str) -> dict:
+    """The JSON at ``url`` (a page's ``api/...``)."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from dashboard.run_driver import LiveRun
+from dashboard.run_driver import LiveRun, read
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -126,22 +126,7 @@ def ring_member(ring, release):
     return total
 
 
-@pytest.fixture
-def page_here():
-    """The page served by this test process (stopped after)."""
-    from fiberlite import dashboard
-    url = dashboard.start(("127.0.0.1", 0))
-    yield url
-    dashboard.stop()
-
-
-def read(url: str) -> dict:
-    import json
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        return json.load(reply)
-
-
-def test_managers_and_rings(page_here):
+def test_managers_and_rings(page):
     import fiberlite
     with fiberlite.Manager() as manager:
         release = manager.Event()
@@ -150,7 +135,7 @@ def test_managers_and_rings(page_here):
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                state = read(page_here + "api/state")
+                state = read(page + "api/state")
                 if state["rings"] and state["rings"][0]["joined"] == 2:
                     break
                 time.sleep(0.1)
@@ -166,6 +151,6 @@ def test_managers_and_rings(page_here):
             release.set()
             ring.join(60)
     assert ring.results == [3, 3]
-    state = read(page_here + "api/state")
+    state = read(page + "api/state")
     assert [m["exitcode"] for m in state["rings"][0]["members"]] == [0, 0]
     assert state["managers"][0]["state"] == "shutdown"

@@ -1,15 +1,14 @@
 """Docker jobs on the page: the engine's CPU and memory figures, the container's log."""
 from __future__ import annotations
 
-import json
 import sys
 import time
-import urllib.request
 
 import cloudpickle
 import pytest
 
 import fiberlite
+from dashboard.run_driver import read
 from docker_env import ensure_docker
 from fiberlite import config
 
@@ -32,19 +31,6 @@ def docker_ctx(monkeypatch):
     monkeypatch.setattr(config, "_resolved", None)
     fiberlite.init(image=ensure_docker())
     return fiberlite.get_context("docker")
-
-
-@pytest.fixture
-def page():
-    from fiberlite import dashboard
-    url = dashboard.start(("127.0.0.1", 0))
-    yield url
-    dashboard.stop()
-
-
-def read(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        return json.load(reply)
 
 
 def test_engine_stats_and_log_of_a_container(docker_ctx, page):
