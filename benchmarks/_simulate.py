@@ -53,8 +53,8 @@ def master_cpu_per_task(workers: int, tasks: int) -> float:
     """CPU seconds of the master per task, with ``workers`` simulated workers."""
     delivered = [0]
 
-    def deliver(values, entries) -> None:
-        delivered[0] += len(entries)
+    def deliver(results) -> None:
+        delivered[0] += sum(len(entries) for _, entries in results)
 
     dispatcher = Dispatcher(deliver)
     relay = HostRelay(dispatcher, lambda hid: None, lambda: None)

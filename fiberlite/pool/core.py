@@ -91,10 +91,12 @@ class Core:
     def forget_result(self, job: int) -> None:
         self.results.pop(job, None)
 
-    def _deliver(self, values: Any, entries: list) -> None:
+    def _deliver(self, results: list) -> None:
+        """Results of chunks, ``(values, entries)`` each, for the result thread."""
         with self._results_cond:
-            self._deliveries.append((values, entries))
-            if len(self._deliveries) == 1:
+            idle = not self._deliveries
+            self._deliveries.extend(results)
+            if idle:
                 self._results_cond.notify()
 
     def _result_loop(self) -> None:

@@ -108,7 +108,7 @@ def describe_exit(code: int | None) -> str:
 class Dispatcher(LockedServant):
     """Hands chunks to workers that ask for them; takes results back exactly once."""
 
-    def __init__(self, deliver: Callable[[Any, list], None], max_tries: int = MAX_TRIES,
+    def __init__(self, deliver: Callable[[list], None], max_tries: int = MAX_TRIES,
                  on_idle_change: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._deliver = deliver
@@ -341,31 +341,41 @@ class Dispatcher(LockedServant):
         is idle is held until there is work; a ``prefetch`` (the worker still has work)
         is answered at once, with no chunks if there are none.
         """
+        self.next_many([(request, (wid, entries, values, want, prefetch))])
+
+    def next_many(self, calls: list[tuple[Any, tuple]]) -> None:
+        """Several :meth:`op_next` calls ``(request, args)`` handled together, as a pool
+        host sends them: one pass under the lock, answers and results passed on at once."""
         out = _Out()
         with self._lock:
-            worker = self._worker(wid, request.peer)
-            if worker is None:
-                out.replies.append((request, None))
-            else:
-                if entries:
-                    self._accept(worker, entries, values, out)
-                if worker.waiting is not None:  # cannot happen; never leave a request unanswered
-                    out.replies.append((worker.waiting, _NOTHING))
-                    worker.waiting = None
-                if want <= 0 or worker.leaving or self.state in (TERMINATE, BROKEN):
-                    worker.retiring = True
-                    out.replies.append((request, None))
-                else:
-                    worker.want = want
-                    if self._serve(worker, request, out):
-                        pass
-                    elif prefetch:
-                        out.replies.append((request, self._nothing(worker)))
-                    else:
-                        worker.waiting = request
-                        self.idle.append(worker)
-                self._serve_idle(out)
+            for request, (wid, entries, values, want, prefetch) in calls:
+                self._next(request, wid, entries, values, want, prefetch, out)
+            self._serve_idle(out)
         self._flush(out)
+
+    def _next(self, request: Any, wid: int, entries: list, values: Any, want: int,
+              prefetch: bool, out: _Out) -> None:
+        worker = self._worker(wid, request.peer)
+        if worker is None:
+            out.replies.append((request, None))
+            return
+        if entries:
+            self._accept(worker, entries, values, out)
+        if worker.waiting is not None:  # cannot happen; never leave a request unanswered
+            out.replies.append((worker.waiting, _NOTHING))
+            worker.waiting = None
+        if want <= 0 or worker.leaving or self.state in (TERMINATE, BROKEN):
+            worker.retiring = True
+            out.replies.append((request, None))
+        else:
+            worker.want = want
+            if self._serve(worker, request, out):
+                pass
+            elif prefetch:
+                out.replies.append((request, self._nothing(worker)))
+            else:
+                worker.waiting = request
+                self.idle.append(worker)
 
     def op_done(self, request, wid: int, entries: list, values: Any) -> None:
         """Results sent one-way (a long batch would otherwise delay them)."""
@@ -611,8 +621,8 @@ class Dispatcher(LockedServant):
     def _flush(self, out: _Out) -> None:
         for request, value in out.replies:
             request.reply(value)
-        for values, entries in out.results:
-            self._deliver(values, entries)
+        if out.results:
+            self._deliver(out.results)
 
 
 def _order(chunk: Chunk) -> tuple[int, int]:

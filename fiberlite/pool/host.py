@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import threading
-from multiprocessing.connection import Connection
 from typing import Any
 
 from ..process import current_process
@@ -34,8 +33,9 @@ from ..runtime import identity
 from ..runtime.launcher import preparation
 from ..runtime.limits import raise_open_file_limit
 from ..wire.codec import dumps_bytes
+from .framing import FrameSocket
 from .template import MAX_MESSAGE
-from .upstream import receive_message, send_message
+from .upstream import send_message
 
 
 def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
@@ -54,7 +54,7 @@ class Host:
         self.hid = hid
         me = current_process()
         self.init_message = dumps_bytes((initializer, initargs, maxtasks, me.name, os.getpid()))
-        self.conns: dict[int, Connection] = {}  # wid -> the worker's socket
+        self.conns: dict[int, FrameSocket] = {}  # wid -> the worker's socket
         self.places = 0  # workers alive or asked for, and ended ones not yet decided on
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
@@ -94,7 +94,7 @@ class Host:
         message = pickle.loads(data)
         kind, wid = message[0], message[1]
         if kind == "forked":
-            conn = Connection(fds[0])
+            conn = FrameSocket(fds[0])
             try:
                 conn.send_bytes(self.init_message)
             except OSError:
@@ -138,15 +138,15 @@ class Host:
             self.control.close()  # the template kills the workers still alive and ends
             self.template.wait()
 
-    def _from_worker(self, wid: int, conn: Connection, batch: list) -> None:
+    def _from_worker(self, wid: int, conn: FrameSocket, batch: list) -> None:
         try:
-            while True:
-                seq, method, args = receive_message(conn)
-                batch.append((wid, seq, method, args))
-                if not conn.poll():
-                    return
+            frames = conn.read_frames()
         except (EOFError, OSError):
             self._drop(wid)  # it ended: the template reports how
+            return
+        for frame in frames:
+            seq, method, args = pickle.loads(frame)
+            batch.append((wid, seq, method, args))
 
     def _drain_wake(self) -> None:
         try:

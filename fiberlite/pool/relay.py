@@ -132,8 +132,15 @@ class HostRelay(Servant):
         if host is None:
             request.reply(None)
             return
+        nexts: list = []  # consecutive requests for work, handed to the dispatcher together
         try:
             for wid, seq, method, args in messages:
+                if method == "next":
+                    nexts.append((HostedRequest(self, host, wid, seq), args))
+                    continue
+                if nexts:
+                    self.dispatcher.next_many(nexts)
+                    nexts = []
                 if method == "started":
                     with self._started:
                         if wid in host.workers:
@@ -143,6 +150,8 @@ class HostRelay(Servant):
                     self._ended(host, wid, method, args[0])
                 else:
                     self.dispatcher.dispatch(HostedRequest(self, host, wid, seq), method, args)
+            if nexts:
+                self.dispatcher.next_many(nexts)
         finally:
             with self._lock:
                 host.holding -= 1

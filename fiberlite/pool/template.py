@@ -66,7 +66,10 @@ def _serve(control: socket.socket) -> None:
                 _drain(wake_r)
                 _reap(control, children)
             if control in ready:
-                data = control.recv(MAX_MESSAGE)
+                try:
+                    data = control.recv(MAX_MESSAGE)
+                except ConnectionResetError:
+                    data = b""  # the host was killed with messages unread
                 if not data:
                     return  # the host is gone
                 kind, wid = pickle.loads(data)
@@ -153,14 +156,13 @@ def _become_worker(sock: socket.socket, wid: int, own_fds: tuple[int, int]) -> N
 def run_worker(sock: socket.socket, wid: int) -> int:
     """Run pool worker ``wid`` on ``sock`` (its host's first message says how); return its
     exit code."""
-    from multiprocessing.connection import Connection
-
     import cloudpickle
 
     from ..process import ParentProcess, Process
+    from .framing import FrameSocket
     from .upstream import HostUpstream
     from .worker import worker_main
-    conn = Connection(sock.detach())
+    conn = FrameSocket(sock.detach())
     initializer, initargs, maxtasks, host_name, host_pid = cloudpickle.loads(conn.recv_bytes())
     upstream = HostUpstream(conn)
     process = Process(target=worker_main, name=f"PoolWorker-{wid}", daemon=True,

@@ -247,7 +247,7 @@ def _dispatcher(n_chunks, workers=(1, 2)):
     from fiberlite.wire.codec import Payload
 
     delivered = []
-    dispatcher = Dispatcher(lambda values, entries: delivered.extend(entries))
+    dispatcher = Dispatcher(lambda results: delivered.extend(e for _, entries in results for e in entries))
     group = dispatcher.new_group("map", Payload.pack(("map", square)), "square", sink="sink")
     chunks = [dispatcher.make_chunk(group, i, 1, pack([i])) for i in range(n_chunks)]
     for wid in workers:

@@ -218,7 +218,7 @@ def test_a_pool_that_cannot_fit_the_hard_limit_says_how_to_raise_it(tmp_path):
 def test_a_host_whose_workers_never_started_counts_as_one_failed_start():
     from fiberlite.pool.dispatch import BROKEN, RUN, Dispatcher
     from fiberlite.pool.relay import HostRelay
-    dispatcher = Dispatcher(lambda values, entries: None)
+    dispatcher = Dispatcher(lambda results: None)
     relay = HostRelay(dispatcher, lambda hid: None, lambda: None)
     for hid in (1, 2, 3):
         wids = [hid * 10 + i for i in range(3)]

@@ -1,0 +1,91 @@
+"""The socket between a pool host and one of its workers: length-prefixed frames (as
+``multiprocessing.connection.Connection`` writes them), read in one system call for
+everything that has arrived.
+
+``Connection.recv_bytes`` costs two reads a message, and ``Connection.poll`` builds a
+selector each time it is asked; a host that serves a hundred workers would pay that
+for every task of each of them. The host reads whatever a worker's socket holds once
+its selector says it is readable (:meth:`FrameSocket.read_frames`); a worker waits for
+its next frame (:meth:`FrameSocket.recv_bytes`).
+"""
+from __future__ import annotations
+
+import collections
+import socket
+import struct
+
+_SHORT = struct.Struct("!i")  # the length of a frame, as Connection writes it
+_LONG = struct.Struct("!Q")  # after a short length of -1: a frame of 2 GiB or more
+READ_SIZE = 16 * 1024  # bytes asked of the socket per read (under malloc's mmap threshold)
+READ_MAX = 16 * 1024 * 1024  # a large frame is read this much at a time
+
+
+class FrameSocket:
+    """Either end of a worker's socket: whole frames in, whole frames out."""
+
+    __slots__ = ("sock", "_pending", "_need", "_ready")
+
+    def __init__(self, fd: int) -> None:
+        self.sock = socket.socket(fileno=fd)
+        self._pending = bytearray()  # the start of a frame not complete yet
+        self._need = 0  # bytes of that frame still to come, when its length is known
+        self._ready: collections.deque[bytes] = collections.deque()  # read, not yet taken
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send_bytes(self, data: bytes) -> None:
+        """Send one frame (blocking until the socket has taken it)."""
+        n = len(data)
+        if n > 0x7FFFFFFF:
+            self.sock.sendall(_SHORT.pack(-1) + _LONG.pack(n))
+            self.sock.sendall(data)
+        elif n > 16384:
+            self.sock.sendall(_SHORT.pack(n))
+            self.sock.sendall(data)
+        else:
+            self.sock.sendall(_SHORT.pack(n) + data)
+
+    def recv_bytes(self) -> bytes:
+        """The next frame, waiting for it (the socket is blocking)."""
+        while not self._ready:
+            self._ready.extend(self.read_frames())
+        return self._ready.popleft()
+
+    def read_frames(self) -> list[bytes]:
+        """The frames that arrived: call when the socket is readable (one read, which
+        does not wait). Raises ``EOFError`` once the worker's end is closed."""
+        data = self.sock.recv(max(READ_SIZE, min(self._need, READ_MAX)))
+        if not data:
+            raise EOFError("the worker's socket was closed")
+        if self._pending:
+            self._pending += data
+            data = self._pending
+        frames = []
+        view = memoryview(data)
+        position, end = 0, len(data)
+        self._need = 0
+        while end - position >= 4:
+            (size,) = _SHORT.unpack_from(data, position)
+            start = position + 4
+            if size == -1:
+                if end - position < 12:
+                    break
+                (size,) = _LONG.unpack_from(data, start)
+                start += 8
+            if start + size > end:
+                self._need = start + size - end
+                break
+            frames.append(bytes(view[start:start + size]))
+            position = start + size
+        if position == 0:  # nothing complete yet: keep what came, without copying it again
+            view.release()
+            self._pending = data if type(data) is bytearray else bytearray(data)
+            return frames
+        rest = bytearray(view[position:]) if position < end else bytearray()
+        view.release()
+        self._pending = rest
+        return frames
+
+    def close(self) -> None:
+        self.sock.close()
