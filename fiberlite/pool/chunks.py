@@ -50,9 +50,11 @@ def _atom(obj: Any) -> bool:
 
 
 def _plain(obj: Any) -> bool:
+    """An atom, or a short tuple or list of atoms (a chunk's results are lists)."""
     if _atom(obj):
         return True
-    if type(obj) is tuple and len(obj) <= 8:
+    kind = type(obj)
+    if (kind is tuple or kind is list) and len(obj) <= 8:
         return all(_atom(x) for x in obj)
     return False
 

@@ -26,7 +26,8 @@ accumulates tasks that an idle one could run.
   empty if there is no work, so results never wait behind it. For long tasks it asks
   for one chunk when idle. The master never hands a worker more than a fair share of
   what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
-  watchdog gives them back (``giveback``). Results a long batch would delay are sent
+  watchdog gives them back (``giveback``), 0.1-0.5 s after the task started: while tasks
+  keep finishing it looks twice a second. Results a long batch would delay are sent
   one-way (``done``) after 20 ms.
 * The master records, per worker, the chunks it holds. When a worker dies (its
   connection drops, or its job exits) they go back to the front of the queue and a

@@ -26,6 +26,7 @@ from .chunks import encoding_error, pack, pack_failure, unpack
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
+WATCH_PERIOD = 0.5  # while tasks keep finishing, the watchdog looks at most this often
 RESULT_DELAY = 0.02  # results wait at most about this long to share a message
 MAX_BATCH = 512
 MESSAGE_BYTES = 4 << 20  # results of about this size per message at most
@@ -304,7 +305,13 @@ class _Worker:
         return self.current is not None and (bool(self.queue) or self.outstanding is not None)
 
     def _watch(self) -> None:
-        """Give back queued chunks when the running one overruns ``GIVEBACK_AFTER``."""
+        """Give back queued chunks when the running one overruns ``GIVEBACK_AFTER``.
+
+        A chunk seen running at one look is watched until its deadline; one not seen
+        before waits for the next look, ``WATCH_PERIOD`` later. So a long task gives back
+        what waits behind it 0.1-0.5 s after it started, and a worker whose tasks are
+        short wakes its watchdog twice a second, not at every task."""
+        watched = None
         while not self.halt.is_set():
             self.watch_idle = True
             if not self._exposed():
@@ -316,7 +323,8 @@ class _Worker:
                 continue
             delay = current[1] + GIVEBACK_AFTER - time.monotonic()
             if delay > 0:
-                self.halt.wait(delay)
+                self.halt.wait(delay if current is watched else max(delay, WATCH_PERIOD))
+                watched = current
                 continue
             if self.current is current:
                 try:
