@@ -61,6 +61,8 @@ class Host:
         os.set_blocking(self.wake_r, False)
         self.selector.register(self.wake_r, selectors.EVENT_READ, None)
         self.done = False
+        self.outgoing: list = []  # what the workers sent, for the next post
+        self.outgoing_ready = threading.Condition()
         self.control, self.template = self._start_template()
         self.selector.register(self.control, selectors.EVENT_READ, "template")
         self.control_lock = threading.Lock()
@@ -122,6 +124,7 @@ class Host:
     def run(self, wids: list[int]) -> None:
         threading.Thread(target=self._answers, args=(wids,), name="fiberlite-host-answers",
                          daemon=True).start()
+        threading.Thread(target=self._posts, name="fiberlite-host-posts", daemon=True).start()
         try:
             while not self.done:
                 batch: list = []
@@ -133,10 +136,33 @@ class Host:
                     else:
                         self._from_worker(key.data, key.fileobj, batch)
                 if batch:
-                    self.relay.cast("post", self.hid, batch)
+                    with self.outgoing_ready:
+                        idle = not self.outgoing
+                        self.outgoing += batch
+                        if idle:
+                            self.outgoing_ready.notify()
         finally:
             self.control.close()  # the template kills the workers still alive and ends
             self.template.wait()
+            with self.outgoing_ready:
+                self.outgoing_ready.notify()
+
+    def _posts(self) -> None:
+        """Posts what the workers sent, one post at a time: what arrives while a post is
+        on its way leaves with the next one, so the busier the master, the fewer and
+        fuller its posts."""
+        ready = self.outgoing_ready
+        while True:
+            with ready:
+                while not self.outgoing and not self.done:
+                    ready.wait()
+                if not self.outgoing:
+                    return
+                batch, self.outgoing = self.outgoing, []
+            try:
+                self.relay.call("post", self.hid, batch)
+            except Exception:
+                return  # the master is gone: the answer thread ends the host
 
     def _from_worker(self, wid: int, conn: FrameSocket, batch: list) -> None:
         try:
