@@ -59,7 +59,7 @@ class Chunk:
         self.count = count
         self.data = data  # pickled list of items ((args, kwds) for apply)
         self.tries = 0  # workers that died holding it
-        self.causes: list[str] = []
+        self.causes: tuple[str, ...] = ()  # how those workers died
 
 
 class Worker:
@@ -522,6 +522,10 @@ class Dispatcher(LockedServant):
         pending = self.pending
         if worker.suspect is not None or not pending:
             return []
+        if worker.want == 1 and not pending[0].tries:  # the common case of short tasks
+            chunk = pending.popleft()
+            worker.held[chunk.cid] = chunk
+            return [chunk]
         share = -(-len(pending) // max(1, self.n_ready))
         limit = min(worker.want, MAX_BATCH, share)
         taken: list[Chunk] = []
@@ -582,7 +586,7 @@ class Dispatcher(LockedServant):
                 continue
             if not worker.retiring:
                 chunk.tries += 1
-                chunk.causes.append(cause)
+                chunk.causes += (cause,)
                 if chunk.tries >= self.max_tries:
                     error = self._lost_error(chunk)
                     out.results.append((None, [(chunk.group.sink, chunk.start, chunk.count,
@@ -604,7 +608,7 @@ class Dispatcher(LockedServant):
             parts = []
             for offset, item in enumerate(items):
                 part = self.make_chunk(chunk.group, chunk.start + offset, 1, pack([item]))
-                part.tries, part.causes = chunk.tries, list(chunk.causes)
+                part.tries, part.causes = chunk.tries, chunk.causes
                 parts.append(part)
         except Exception:
             return [chunk]
