@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import socket
 import struct
+import threading
 
 _SHORT = struct.Struct("!i")  # the length of a frame, as Connection writes it
 _LONG = struct.Struct("!Q")  # after a short length of -1: a frame of 2 GiB or more
@@ -23,13 +24,14 @@ READ_MAX = 16 * 1024 * 1024  # a large frame is read this much at a time
 class FrameSocket:
     """Either end of a worker's socket: whole frames in, whole frames out."""
 
-    __slots__ = ("sock", "_pending", "_need", "_ready")
+    __slots__ = ("sock", "_pending", "_need", "_ready", "_sending")
 
     def __init__(self, fd: int) -> None:
         self.sock = socket.socket(fileno=fd)
         self._pending = bytearray()  # the start of a frame not complete yet
         self._need = 0  # bytes of that frame still to come, when its length is known
         self._ready: collections.deque[bytes] = collections.deque()  # read, not yet taken
+        self._sending = threading.Lock()  # a frame is sent whole, whichever thread sends
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -37,14 +39,15 @@ class FrameSocket:
     def send_bytes(self, data: bytes) -> None:
         """Send one frame (blocking until the socket has taken it)."""
         n = len(data)
-        if n > 0x7FFFFFFF:
-            self.sock.sendall(_SHORT.pack(-1) + _LONG.pack(n))
-            self.sock.sendall(data)
-        elif n > 16384:
-            self.sock.sendall(_SHORT.pack(n))
-            self.sock.sendall(data)
-        else:
-            self.sock.sendall(_SHORT.pack(n) + data)
+        with self._sending:
+            if n > 0x7FFFFFFF:
+                self.sock.sendall(_SHORT.pack(-1) + _LONG.pack(n))
+                self.sock.sendall(data)
+            elif n > 16384:
+                self.sock.sendall(_SHORT.pack(n))
+                self.sock.sendall(data)
+            else:
+                self.sock.sendall(_SHORT.pack(n) + data)
 
     def recv_bytes(self) -> bytes:
         """The next frame, waiting for it (the socket is blocking)."""

@@ -5,15 +5,19 @@ many workers the host runs; a worker sees its host as its master
 (:class:`~.upstream.HostUpstream`), over a socket of its own. So the master pays per
 message, not per worker, and each worker costs a fork (:mod:`.template`).
 
-Two threads:
+Three threads:
 
 - the main thread waits on the workers' sockets and on the template; what it reads in
   one turn (workers' requests and results, workers started or ended) goes to the relay
   in one one-way ``post``;
-- the answer thread keeps one ``poll`` request at the relay, which answers it with
-  everything that is ready for this host: the answers to workers' requests, which it
-  hands to each worker, and the relay's word on each worker that ended (``start`` a
-  new one in its place, or ``retire`` the place).
+- the post thread sends those batches as ``post`` calls, one at a time (what arrives
+  while a post travels leaves with the next); the relay answers a post with everything
+  that is ready for this host by then: the answers to workers' requests, which the
+  post thread hands to each worker, and the relay's word on each worker that ended
+  (``start`` a new one in its place, or ``retire`` the place);
+- the answer thread keeps one ``poll`` request at the relay for what becomes ready
+  between posts (work for idle workers when a new map comes, a worker's end), and
+  hands it out the same way.
 
 The host ends once every place is retired (the pool closed), or with its master.
 """
@@ -81,9 +85,10 @@ class Host:
         ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id())))
         return ours, template
 
-    def _fork(self, wid: int) -> None:
+    def _fork(self, wid: int, replacing: bool = False) -> None:
         with self.control_lock:
-            self.places += 1
+            if not replacing:
+                self.places += 1
             self.control.send(pickle.dumps(("fork", wid)))
 
     def _from_template(self, batch: list) -> None:
@@ -160,9 +165,11 @@ class Host:
                     return
                 batch, self.outgoing = self.outgoing, []
             try:
-                self.relay.call("post", self.hid, batch)
+                items = self.relay.call("post", self.hid, batch)
             except Exception:
                 return  # the master is gone: the answer thread ends the host
+            if items is None or self._take(items):
+                return
 
     def _from_worker(self, wid: int, conn: FrameSocket, batch: list) -> None:
         try:
@@ -189,8 +196,8 @@ class Host:
 
     # -- the answer thread: relay -> workers ------------------------------------------------------
     def _answers(self, wids: list[int]) -> None:
-        """Only this thread writes to the template, and the main thread always reads what
-        the template writes: a full socket either way never blocks both ends at once."""
+        """The main thread always reads what the template writes: a full socket either
+        way never blocks both ends at once."""
         try:
             for wid in wids:
                 self._fork(wid)
@@ -199,17 +206,26 @@ class Host:
                     items = self.relay.call("poll", self.hid)
                 except Exception:
                     break  # the master is gone: end with it
-                if items is None:
+                if items is None or self._take(items):
                     break
-                for item in items:
-                    self._apply(item)
-                if self.places == 0:
-                    break
-        except OSError as exc:  # the template is gone: this host cannot go on
-            sys.stderr.write(f"fiberlite pool host: {exc}\n")
         finally:
             self.done = True
             self._wake()
+
+    def _take(self, items: list) -> bool:
+        """Carry out what the relay answered (by the post or the answer thread); True
+        once this host is to end (every place retired, or the template gone)."""
+        try:
+            for item in items:
+                self._apply(item)
+        except OSError as exc:  # the template is gone: this host cannot go on
+            sys.stderr.write(f"fiberlite pool host: {exc}\n")
+            self.places = 0
+        if self.places == 0:
+            self.done = True
+            self._wake()
+            return True
+        return False
 
     def _apply(self, item: tuple) -> None:
         kind = item[0]
@@ -227,7 +243,7 @@ class Host:
                                  f"{exc!r}\n")
                 conn.close()
         elif kind == "start":
-            self.places -= 1
-            self._fork(item[1])
+            self._fork(item[1], replacing=True)
         else:  # retire a place
-            self.places -= 1
+            with self.control_lock:
+                self.places -= 1

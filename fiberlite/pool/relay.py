@@ -1,12 +1,13 @@
 """The master's end of its pool hosts (:mod:`.host`): many workers, one conversation.
 
-A host posts what its workers sent in one one-way message; each worker's request goes
-to the :class:`~.dispatch.Dispatcher` as if that worker had sent it over a connection
-of its own (a :class:`HostedRequest` stands for that connection), so the dispatcher's
-bookkeeping — who holds which chunk, what goes back when a worker dies — is the same
-for hosted workers as for workers that are jobs of their own. Answers to a host's
-workers gather in its outbox; the host keeps one ``poll`` request here, answered with
-the whole outbox as soon as there is anything in it.
+A host posts what its workers sent in one message, one post at a time; each worker's
+request goes to the :class:`~.dispatch.Dispatcher` as if that worker had sent it over a
+connection of its own (a :class:`HostedRequest` stands for that connection), so the
+dispatcher's bookkeeping — who holds which chunk, what goes back when a worker dies —
+is the same for hosted workers as for workers that are jobs of their own. Answers to a
+host's workers gather in its outbox. A post is answered with the whole outbox, the
+answers to its own requests included; for what becomes ready between posts the host
+keeps one ``poll`` request here, answered as soon as the outbox holds anything.
 
 A worker that ends is reported by its host; the pool decides whether a new worker takes
 its place (:attr:`replace` gives the new worker's id, or None). A host that ends, or
@@ -121,7 +122,9 @@ class HostRelay(Servant):
 
     # -- operations of the hosts -------------------------------------------------------------------
     def op_post(self, request: Any, hid: int, messages: list) -> None:
-        """What a host's workers sent: ``(wid, seq, method, args)`` each."""
+        """What a host's workers sent: ``(wid, seq, method, args)`` each. Answered with
+        the host's outbox (which the answers to these messages are in), or None if the
+        host is gone."""
         with self._lock:
             host = self.hosts.get(hid)
             if host is not None:
@@ -155,10 +158,8 @@ class HostRelay(Servant):
         finally:
             with self._lock:
                 host.holding -= 1
-                parked = self._take_parked(host)
-            if parked is not None:
-                parked[0].reply(parked[1])
-        request.reply(None)
+                items, host.outbox = host.outbox, []
+        request.reply(items)
 
     def op_poll(self, request: Any, hid: int) -> None:
         """The host waits here for its outbox (None: the host is to end)."""
