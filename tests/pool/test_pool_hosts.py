@@ -249,3 +249,46 @@ def test_one_host_forks_hundreds_of_workers_at_once():
         while len(seen) < 250 and time.monotonic() < deadline:
             seen.update(pool.map(pid_after_a_nap, range(250), 1))
         assert len(seen) == 250
+
+
+class _Answer:
+    """Stands for a host's request to the relay: keeps the answer."""
+
+    def __init__(self, peer: int) -> None:
+        self.peer, self.value, self.answered = peer, None, False
+
+    def reply(self, value=None) -> None:
+        self.value, self.answered = value, True
+
+
+def test_a_post_is_answered_with_its_answers_and_the_poll_with_what_comes_later():
+    from fiberlite.pool.chunks import pack, pack_call
+    from fiberlite.pool.dispatch import Dispatcher
+    from fiberlite.pool.relay import HostRelay
+    dispatcher = Dispatcher(lambda results: None)
+    relay = HostRelay(dispatcher, lambda hid: None, lambda: None)
+    for wid in (1, 2):
+        dispatcher.add_worker(wid)
+    relay.add_host(7, [1, 2])
+    poll = _Answer(-7)
+    relay.op_poll(poll, 7)
+    assert not poll.answered  # nothing ready: the poll waits
+
+    post = _Answer(-7)  # worker 1 wants work; none yet, so it waits at the dispatcher
+    relay.op_post(post, 7, [(1, 5, "next", (1, [], None, 1, False))])
+    assert post.value == [] and not poll.answered
+
+    group = dispatcher.new_group("map", pack_call("map", abs, "map"), "abs", sink=None)
+    dispatcher.submit(group, [dispatcher.make_chunk(group, i, 1, pack([i])) for i in range(3)],
+                      seal=True, new=True)
+    assert poll.answered  # work came between posts: the parked poll carries worker 1's
+    ((kind, wid, seq, ok, (chunks, functions, _)),) = poll.value
+    assert (kind, wid, seq, ok, [c[0] for c in chunks]) == ("reply", 1, 5, True, [1])
+    assert list(functions) == [group.gid]
+
+    post = _Answer(-7)  # worker 1 returns its result and asks again; worker 2 asks
+    relay.op_post(post, 7, [(1, 6, "next", (1, [(chunks[0][0], None)], pack([[0]]), 1, False)),
+                            (2, 1, "next", (2, [], None, 1, False))])
+    assert sorted((item[1], item[2]) for item in post.value) == [(1, 6), (2, 1)]
+    handed = sorted(c[0] for item in post.value for c in item[4][0])
+    assert handed == [2, 3]  # the other two chunks, one each, in the post's own answer
