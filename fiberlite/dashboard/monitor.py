@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from .jobs import Meter
+from .jobs import Meter, hosted_workers
 from .registry import HISTORY, Registry
 from .snapshot import snapshot
 
@@ -63,8 +63,9 @@ class Monitor:
         """Measure the running jobs and add one point to each chart."""
         with self.registry.lock:
             records = list(self.registry.jobs.values())
+            pools = list(self.registry.pools)
             done = self.registry.tasks_done
-        self.meter.sample(records)
+        self.meter.sample(records, hosted_workers(pools))
         now, stamp = time.monotonic(), time.time()
         with self._lock:
             if self._last_done is not None:
