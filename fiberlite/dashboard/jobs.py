@@ -124,9 +124,6 @@ def requested(record: JobRecord) -> str:
 
 def log_tail(record: JobRecord, lines: int = LOG_LINES) -> str:
     """The last ``lines`` lines the job printed, as far as its backend keeps them."""
-    if record.backend.name == "local":
-        return ("(a local job prints straight to the master's own output; "
-                "`fiberlite run` keeps it: `fiberlite logs <master job>`)")
     try:
         text = record.backend.logs(record.launch.job)
     except Exception as exc:

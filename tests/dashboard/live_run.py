@@ -24,6 +24,11 @@ def sleeps(x):
     return x
 
 
+def talks(lines):
+    for i in range(lines):
+        print(f"line {i} of a job", file=sys.stderr, flush=True)  # stdout answers the test
+
+
 def main() -> None:
     mp.init(dashboard="127.0.0.1:0")
     queue = mp.Queue()
@@ -34,6 +39,11 @@ def main() -> None:
             if command == "map":
                 results = pool.map(slow_square, range(1000))
                 print("map", "exact" if results == [x * x for x in range(1000)] else "WRONG", flush=True)
+            elif command == "talk":
+                job = mp.Process(target=talks, args=(300,))
+                job.start()
+                job.join()
+                print("talked", job._popen.job.spec.name, flush=True)
             elif command == "put":
                 queue.put("item")
                 print("put", flush=True)

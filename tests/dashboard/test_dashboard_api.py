@@ -65,8 +65,12 @@ def test_queue_size_and_job_usage(live_run):
     assert live_run.ask("map") == "map exact"
     state = live_run.get("api/state")  # the meter samples once a second while the page is read
     assert all(job["memory"] and job["memory"] > 10 << 20 for job in state["jobs"]), state["jobs"]
-    log = live_run.get("api/logs?job=" + state["jobs"][0]["name"])
-    assert "master's own output" in log["text"]
+    answer, name = live_run.ask("talk").split()
+    assert answer == "talked"
+    log = live_run.get("api/logs?job=" + name)["text"].splitlines()
+    # the last 200 of the 300 lines it printed, which also went to the run's own output
+    assert log == [f"line {i} of a job" for i in range(100, 300)]
+    assert live_run.stderr_lines("line ", 300) == [f"line {i} of a job" for i in range(300)]
 
 
 def test_read_only_and_unknown_paths(live_run):

@@ -108,9 +108,17 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, lambda b: b.execute_script(
             "return document.querySelector('#pool-list details').open"), timeout=5)
         assert "fails_on_threes" in text(browser, "#pool-list details pre")
-        # a job's log tail on demand
-        click(browser, "#jobs button")
-        wait_for(browser, lambda b: "master's own output" in text(b, "#log-text"))
+        # a local job's log tail on demand: what it printed
+        answer, job = run.ask("talk").split()
+        assert answer == "talked"
+        wait_for(browser, lambda b: job in text(b, "#jobs td:first-child"))
+        browser.execute_script(
+            "Array.from(document.querySelectorAll('#jobs tr')).find("
+            "(row) => row.cells[0].textContent === arguments[0]).querySelector('button').click()", job)
+        wait_for(browser, lambda b: "line 299 of a job" in text(b, "#log-text"))
+        assert text(browser, "#log-job") == job
+        assert text(browser, "#log-text").splitlines() == [
+            f"line {i} of a job" for i in range(100, 300)]
         screenshot(browser, "dashboard-failures.png")
     finally:
         assert run.close() == 0, "".join(run.stderr)
