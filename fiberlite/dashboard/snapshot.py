@@ -90,9 +90,13 @@ def ring_rows(registry: Registry) -> list[dict]:
         members = []
         for rank, process in enumerate(list(ring.processes)):
             launch = getattr(process, "_popen", None)
-            members.append({"rank": rank, "job": launch.job.spec.name if launch else None,
-                            "host": joined[rank][1] if rank in joined else None,
-                            "exitcode": process.exitcode})
+            job = launch.job.spec.name if launch else None
+            record = registry.jobs.get(job)
+            host = host_of(record) if record is not None else None
+            members.append({"rank": rank, "job": job, "joined": rank in joined,
+                            "host": host or (joined[rank][1] if rank in joined else None),
+                            "exitcode": process.exitcode,
+                            **rendezvous.rates.of(rank, ended=process.exitcode is not None)})
         rows.append({"name": ring.name, "world_size": ring.world_size, "members": members,
                      "joined": len(joined)})
     return rows

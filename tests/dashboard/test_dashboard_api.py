@@ -73,6 +73,30 @@ def test_queue_size_and_job_usage(live_run):
     assert live_run.stderr_lines("line ", 300) == [f"line {i} of a job" for i in range(300)]
 
 
+def test_ring_members_and_their_collectives(live_run):
+    assert live_run.ask("ring") == "ring started"
+    running = None
+    while running is None:  # bounded by the test's timeout
+        [ring] = live_run.get("api/state")["rings"]
+        if all(m["collectives_per_s"] for m in ring["members"]):
+            running = ring
+        time.sleep(0.05)  # a pause between looks, not a wait for something
+    assert [(m["rank"], m["exitcode"]) for m in running["members"]] == [(0, None), (1, None)]
+    answer, *counts = live_run.ask("ring-stop").split()
+    assert answer == "ring-stopped" and counts[0] == counts[1]
+    count = int(counts[0])
+    state = live_run.get("api/state")
+    [ring] = state["rings"]
+    hosts = {job["name"]: job["host"] for job in state["jobs"]}
+    for rank, member in enumerate(ring["members"]):
+        # every collective counted once, with its 8 KiB, reported before the member left
+        assert (member["rank"], member["exitcode"]) == (rank, 0)
+        assert (member["collectives"], member["bytes"]) == (count, count * 8192)
+        assert member["host"] == hosts[member["job"]]
+        assert 0 < member["collectives_per_s"] <= 100  # each pauses 10 ms
+        assert member["bytes_per_s"] == pytest.approx(member["collectives_per_s"] * 8192)
+
+
 def test_read_only_and_unknown_paths(live_run):
     request = urllib.request.Request(live_run.url + "api/state", data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as refused:

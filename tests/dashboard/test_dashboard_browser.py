@@ -83,6 +83,16 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, change_shown, timeout=10)
         assert shown[0] - before <= 2, f"{shown[0] - before} updates before the change showed"
 
+        # a Ring's members and their collective rates, while it runs
+        assert run.ask("ring") == "ring started"
+
+        def ring_rates(b) -> list[str]:
+            return b.execute_script("return Array.from(document.querySelectorAll("
+                                    "'#ring-list td.collective-rate')).map((e) => e.textContent)")
+        wait_for(browser, lambda b: len(ring_rates(b)) == 2
+                 and all(r not in ("–", "0.0") for r in ring_rates(b)))
+        assert "rank 0" in text(browser, "#ring-list") and "rank 1" in text(browser, "#ring-list")
+
         # a map of 1,000 tasks, seen part done and then done
         run.send("map")
         partial = []
@@ -100,6 +110,9 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, lambda b: b.execute_script(count, "#chart-tasks polyline") == 1
                  and b.execute_script(count, "#chart-cpu polyline") >= 1)
         screenshot(browser, "dashboard.png")
+        answer, *counts = run.ask("ring-stop").split()
+        assert answer == "ring-stopped"
+        wait_for(browser, lambda b: text(b, "#ring-list td.collectives").split() == counts)
 
         # a failing call: its exception with the worker's traceback
         assert run.ask("fail") == "failed"

@@ -14,7 +14,8 @@ function el(tag, attrs, ...children) {
 }
 const fmt = {
   num: (x, d = 1) => (x === null || x === undefined) ? "–" : Number(x).toFixed(d),
-  bytes: (b) => b === null || b === undefined ? "–" : b >= 1 << 30 ? (b / (1 << 30)).toFixed(1) + " GiB" : (b / (1 << 20)).toFixed(0) + " MiB",
+  bytes: (b) => b === null || b === undefined ? "–" : b >= 1 << 30 ? (b / (1 << 30)).toFixed(1) + " GiB" : b >= 1 << 20 ? (b / (1 << 20)).toFixed(1) + " MiB" : (b / 1024).toFixed(1) + " KiB",
+  rate: (b) => b === null || b === undefined ? "–" : b >= 1 << 20 ? (b / (1 << 20)).toFixed(1) + " MiB/s" : (b / 1024).toFixed(1) + " KiB/s",
   secs: (s) => s === null || s === undefined ? "–" : s < 90 ? s.toFixed(1) + " s" : (s / 60).toFixed(1) + " min",
 };
 
@@ -50,8 +51,12 @@ function drawPool(pool) {
 }
 
 function drawRing(ring) {
-  return el("div", {}, el("h3", {}, `${ring.name} `, el("span", { class: "muted" }, `world size ${ring.world_size}, ${ring.joined} joined`)),
-    el("table", {}, el("tbody", {}, ...ring.members.map((m) => el("tr", {}, el("td", {}, `rank ${m.rank}`), el("td", {}, m.job), el("td", {}, m.host ?? "–"), el("td", {}, m.exitcode ?? "running"))))));
+  const head = ["rank", "job", "host", "state", "collectives", "collectives /s", "data /s", "data"];
+  return el("div", { class: "ring" }, el("h3", {}, `${ring.name} `, el("span", { class: "muted" }, `world size ${ring.world_size}, ${ring.joined} joined`)),
+    el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...ring.members.map((m) => el("tr", { "data-rank": m.rank }, el("td", {}, `rank ${m.rank}`), el("td", {}, m.job), el("td", {}, m.host ?? "–"),
+        el("td", {}, m.exitcode ?? (m.joined ? "running" : "starting")), el("td", { class: "collectives" }, m.collectives ?? "–"),
+        el("td", { class: "collective-rate" }, fmt.num(m.collectives_per_s)), el("td", {}, fmt.rate(m.bytes_per_s)), el("td", { class: "bytes" }, fmt.bytes(m.bytes)))))));
 }
 
 function drawChart(id, series) {
