@@ -2,7 +2,8 @@
 
 A master (a child process of this script) runs ``Pool(4).map`` over 1,000 tasks of
 ``--task-ms`` milliseconds, with the dashboard off, and on with the page open: a
-reader process fetching ``/api/state`` every 0.5 s, as the page's script does, or with
+reader process following ``/api/events`` (the data pushed at each change, looked for
+every 0.5 s), as the page's script does, or with
 ``--browser`` the page itself in headless Chromium (selenium; Debian's ``chromium`` and
 ``chromium-driver``). The master's own CPU time (psutil, the master process only: not
 its workers, not the reader) during the map is compared. Then the master puts an item
@@ -15,6 +16,7 @@ taken in the browser).
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -27,7 +29,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Report, finish, from_samples, interleave, parser, progress, sized  # noqa: E402
 
-TASKS, WORKERS, POLL = 1000, 4, 0.5
+TASKS, WORKERS = 1000, 4
 CHANGES = 5
 
 # in the page: note when the queue table's first size changes, with the browser's clock
@@ -54,20 +56,21 @@ def task(ms: float) -> float:
 
 
 def reader(url: str) -> None:
-    """The page, without a browser: fetch the state every POLL seconds; print the moment
-    each new queue size is first seen (``seen SIZE T``) until the master goes away."""
+    """The page, without a browser: follow the data the master pushes (``api/events``),
+    as the page's script does; print the moment each new queue size is first seen
+    (``seen SIZE T``) until the master goes away."""
     last = None
-    while True:
-        try:
-            with urllib.request.urlopen(url + "api/state", timeout=10) as reply:
-                state = json.load(reply)
-        except OSError:
-            return
-        sizes = [q["size"] for q in state["queues"]]
-        if sizes and sizes[0] != last:
-            last = sizes[0]
-            print("seen", last, time.time(), flush=True)
-        time.sleep(POLL)
+    try:
+        with urllib.request.urlopen(url + "api/events", timeout=60) as stream:
+            for line in stream:
+                if not line.startswith(b"data: "):
+                    continue
+                sizes = [q["size"] for q in json.loads(line[6:])["queues"]]
+                if sizes and sizes[0] != last:
+                    last = sizes[0]
+                    print("seen", last, time.time(), flush=True)
+    except (OSError, http.client.HTTPException):
+        return
 
 
 def browser_reader(url: str) -> None:
@@ -178,11 +181,11 @@ def main() -> None:
     samples = interleave({"page closed": lambda: measure(False, args.task_ms, args.browser),
                           "page open": lambda: measure(True, args.task_ms, args.browser)},
                          rounds, label="maps")
-    shown = ("shown in the page (headless Chromium, polling every 0.5 s)" if args.browser
-             else "seen by a reader polling every 0.5 s")
+    shown = ("shown in the page (headless Chromium)" if args.browser
+             else "seen in the page's data (api/events)")
     report = Report("dashboard", f"Pool({WORKERS}).map of {TASKS} tasks of {args.task_ms:g} ms, "
-                                 f"page {'open in a browser' if args.browser else 'data'} read "
-                                 f"every {POLL:g} s", tasks=TASKS, workers=WORKERS)
+                                 f"page {'open in headless Chromium' if args.browser else 'followed by a reader'}",
+                    tasks=TASKS, workers=WORKERS)
     cpu = report.section("master_cpu", "master CPU during the map", unit="map",
                          reference="page closed", note="the master process only (psutil)")
     for name, results in samples.items():

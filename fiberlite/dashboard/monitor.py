@@ -5,13 +5,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 from .jobs import Meter, hosted_workers
 from .registry import HISTORY, Registry
 from .snapshot import snapshot
 
 TICK = 1.0  # seconds between samples
+CHECK = 0.5  # seconds between looks for a change to push to an open page
 VIEWED_FOR = 10.0  # seconds a look at the page keeps the sampling on
 
 
@@ -28,6 +29,7 @@ class Monitor:
         self._viewed = 0.0
         self._wake = threading.Event()
         self._stopped = False
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="fiberlite-dashboard-monitor",
                                         daemon=True)
@@ -42,8 +44,21 @@ class Monitor:
                       "cpu": {name: list(points) for name, points in self.cpu.items()}}
         return snapshot(self.registry, self.meter, charts, self.meta)
 
+    def changes(self, every: float = CHECK) -> Iterator[dict]:
+        """What the page shows, each time it changed (looked at every ``every`` seconds),
+        until the monitor stops; the first at once."""
+        last = None
+        while not self._stopped:
+            state = self.state()
+            stamp = state.pop("time")
+            if state != last:
+                last = state
+                yield {**state, "time": stamp}
+            self._stopping.wait(every)
+
     def stop(self) -> None:
         self._stopped = True
+        self._stopping.set()
         self._wake.set()
 
     def _loop(self) -> None:
@@ -66,16 +81,16 @@ class Monitor:
             pools = list(self.registry.pools)
             done = self.registry.tasks_done
         self.meter.sample(records, hosted_workers(pools))
-        now, stamp = time.monotonic(), time.time()
+        now, stamp = time.monotonic(), round(time.time(), 2)  # short points: less to send
         with self._lock:
             if self._last_done is not None:
                 then, before = self._last_done
-                self.rates.append((stamp, (done - before) / max(now - then, 1e-9)))
+                self.rates.append((stamp, round((done - before) / max(now - then, 1e-9), 1)))
             self._last_done = (now, done)
             for name, usage in self.meter.usage.items():
                 if usage.cpu is not None:
                     self.cpu.setdefault(name, collections.deque(maxlen=HISTORY)).append(
-                        (stamp, usage.cpu))
+                        (stamp, round(usage.cpu, 1)))
             for name in [n for n in self.cpu if self.meter.usage.get(n) is None
                          or self.meter.usage[n].cpu is None]:
                 del self.cpu[name]

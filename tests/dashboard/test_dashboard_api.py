@@ -2,6 +2,7 @@
 workers, queues; read-only; off by default; bad addresses rejected clearly."""
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import sys
@@ -95,6 +96,23 @@ def test_ring_members_and_their_collectives(live_run):
         assert member["host"] == hosts[member["job"]]
         assert 0 < member["collectives_per_s"] <= 100  # each pauses 10 ms
         assert member["bytes_per_s"] == pytest.approx(member["collectives_per_s"] * 8192)
+
+
+def test_changes_are_pushed_once_each(live_run):
+    with urllib.request.urlopen(live_run.url + "api/events", timeout=30) as stream:
+        def pushed() -> dict:
+            for line in stream:
+                if line.startswith(b"data: "):
+                    return json.loads(line[6:])
+            raise AssertionError("the stream ended")
+        states = [pushed()]  # the first at once
+        assert [q["size"] for q in states[0]["queues"]] == [0]
+        assert live_run.ask("put") == "put"
+        while [q["size"] for q in states[-1]["queues"]] != [1]:
+            states.append(pushed())  # bounded by the test's timeout
+    # nothing pushed twice: each state differs from the one before
+    for before, after in zip(states, states[1:]):
+        assert {**before, "time": 0} != {**after, "time": 0}
 
 
 def test_read_only_and_unknown_paths(live_run):

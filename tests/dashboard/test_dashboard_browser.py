@@ -137,3 +137,25 @@ def test_page_follows_a_live_run(browser, screenshot):
         assert run.close() == 0, "".join(run.stderr)
     # the run is over: the page says so instead of going blank
     wait_for(browser, lambda b: "run ended" in text(b, "#status"), timeout=10)
+
+
+def test_page_polls_where_its_stream_is_not_relayed(browser):
+    """Behind ``fiberlite run``'s relay to a pod (which cannot pass a stream on) the
+    page asks for its data instead, and still follows the run."""
+    import urllib.request
+
+    from fiberlite.cli.page_forward import PageForward
+
+    def fetch(path: str) -> tuple[int, str, bytes]:
+        with urllib.request.urlopen(run.url + path.lstrip("/"), timeout=10) as reply:
+            return reply.status, reply.headers["Content-Type"], reply.read()
+    run = LiveRun()
+    door = PageForward(fetch)
+    try:
+        browser.get(door.url)
+        wait_for(browser, lambda b: "Pool-1" in text(b, "#pool-list"))
+        assert run.ask("put") == "put"
+        wait_for(browser, lambda b: text(b, "#queues tbody td:nth-child(2)") == "1", timeout=10)
+    finally:
+        door.close()
+        assert run.close() == 0, "".join(run.stderr)

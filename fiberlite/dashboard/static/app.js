@@ -1,4 +1,4 @@
-// fiberlite's run page: polls /api/state and redraws; it only reads.
+// fiberlite's run page: follows /api/events (or polls /api/state) and redraws; it only reads.
 "use strict";
 const POLL_MS = 500;
 const openErrors = new Set();  // tracebacks the reader opened
@@ -102,4 +102,16 @@ async function poll() {
   }
   setTimeout(poll, POLL_MS);
 }
-poll();
+
+// The master pushes the page's data each time it changes; where the stream cannot come
+// through (a relay that waits for whole answers), the page asks for it every POLL_MS.
+function follow() {
+  const events = new EventSource("api/events");
+  let streamed = false;
+  events.onmessage = (message) => { streamed = true; draw(JSON.parse(message.data)); };
+  events.onerror = () => {
+    if (!streamed) { events.close(); poll(); return; }
+    document.getElementById("status").textContent = "run ended or unreachable";
+  };
+}
+follow();
