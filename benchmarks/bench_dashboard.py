@@ -19,10 +19,12 @@ import argparse
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -112,6 +114,20 @@ def check_browser() -> None:
                          " (apt-get install -y chromium chromium-driver)")
 
 
+def page_threads_cpu() -> float | None:
+    """CPU seconds of the page's own threads so far (its clock and its server), from
+    Linux's per-thread figures; None elsewhere."""
+    total = 0
+    for thread in threading.enumerate():
+        if thread.name.startswith("fiberlite-dashboard"):
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except OSError:
+                return None
+    return total / 1e9
+
+
 def master(page: bool, task_ms: float, browser: bool) -> None:
     """One measured map (and, with the page, the change latencies), as one JSON line."""
     import psutil
@@ -131,14 +147,17 @@ def master(page: bool, task_ms: float, browser: bool) -> None:
                                        stdout=subprocess.PIPE, text=True)
             assert watcher.stdout.readline().startswith("seen 0")
         me = psutil.Process()
-        before, start = me.cpu_times(), time.perf_counter()
+        before, start, threads = me.cpu_times(), time.perf_counter(), page_threads_cpu()
         assert pool.map(task, [task_ms] * TASKS, chunksize=1) == [task_ms] * TASKS
         after, wall = me.cpu_times(), time.perf_counter() - start
         result["cpu"] = (after.user + after.system) - (before.user + before.system)
         result["wall"] = wall
+        if page and threads is not None:
+            result["page_threads"] = page_threads_cpu() - threads
         if watcher is not None:
             delays = []
             for size in range(1, CHANGES + 1):
+                time.sleep(random.uniform(0, 1))  # changes come at any moment, not in step
                 put = time.time()
                 queue.put(size)
                 seen = watcher.stdout.readline().split()
@@ -182,7 +201,7 @@ def main() -> None:
                           "page open": lambda: measure(True, args.task_ms, args.browser)},
                          rounds, label="maps")
     shown = ("shown in the page (headless Chromium)" if args.browser
-             else "seen in the page's data (api/events)")
+             else "seen by a reader following the page's data (api/events)")
     report = Report("dashboard", f"Pool({WORKERS}).map of {TASKS} tasks of {args.task_ms:g} ms, "
                                  f"page {'open in headless Chromium' if args.browser else 'followed by a reader'}",
                     tasks=TASKS, workers=WORKERS)
@@ -192,7 +211,7 @@ def main() -> None:
         cpu.add(name, from_samples(r["cpu"] for r in results),
                 wall=[r["wall"] for r in results])
     delay = report.section("delay", "from a change to the page " + (
-        "showing it" if args.browser else "'s data"), unit="change", reference="queue.put " + shown)
+        "showing it" if args.browser else "data"), unit="change", reference="queue.put " + shown)
     delays = [d for r in samples["page open"] for d in r["delays"]]
     delay.add("queue.put " + shown, from_samples(delays))
     finish(report, args)
@@ -203,6 +222,12 @@ def main() -> None:
           f"({100 * sum(extra) / sum(closed):+.1f}% of the master's CPU, "
           f"{100 * sum(extra) / sum(wall):+.2f}% of one core); slowest change shown after "
           f"{max(delays):.2f} s")
+    threads = [o["page_threads"] for o in samples["page open"] if "page_threads" in o]
+    if threads:
+        opened = [o["cpu"] for o in samples["page open"]]
+        print(f"the page's own threads: {sum(threads) / len(threads) * 1000:.1f} ms per map "
+              f"({100 * sum(threads) / sum(opened):.1f}% of the master's CPU with the page open, "
+              f"{100 * sum(threads) / sum(wall):.2f}% of one core)")
     progress("done")
 
 

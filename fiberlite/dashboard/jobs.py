@@ -1,10 +1,11 @@
 """The jobs of the run as the page shows them: name (as ``fiberlite ps`` has it), backend,
-host, state, exit code, and CPU and memory measured where the backend lets us: psutil
-for local processes (with the workers a host job forked), the engine's stats on
+host, state, exit code, and CPU and memory measured where the backend lets us: the
+kernel's figures for local processes (with the workers a host job forked), the engine's stats on
 Docker, the pod's node and requests on Kubernetes (its API has no usage without the
 metrics server)."""
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -30,37 +31,53 @@ class Usage:
         self.memory = memory
 
 
+PROC = "/proc"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_usage(pid: int) -> tuple[float, int] | None:
+    """CPU seconds and resident bytes of process ``pid`` (None: it is gone). On Linux
+    from one read of ``/proc/PID/stat``, the figures psutil reads there, at a tenth of
+    its cost; elsewhere from psutil."""
+    if os.path.isdir(PROC):
+        try:
+            with open(f"{PROC}/{pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        # after the name: state is field 3; utime 14, stime 15, rss (pages) 24
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[21]) * PAGE_SIZE
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            times = proc.cpu_times()
+            return times.user + times.system, proc.memory_info().rss
+    except psutil.Error:
+        return None
+
+
 class LocalProcesses:
     """The processes of local jobs: a job's own process and the pool workers it forked
     (a host job's), whose pids the pool's relay knows; nothing looks through the
-    machine's process table. ``psutil.Process`` objects are kept between samples."""
+    machine's process table."""
 
     def __init__(self) -> None:
         self.hosted: dict[str, list[int]] = {}  # job name -> pids of the workers it forked
-        self._procs: dict[int, psutil.Process] = {}
-        self._sampled: set[int] = set()
 
     def start_round(self, hosted: dict[str, list[int]]) -> None:
-        """A new round of samples, with the forked workers' pids of each host job; the
-        processes not sampled in the round before are forgotten."""
+        """A new round of samples, with the forked workers' pids of each host job."""
         self.hosted = hosted
-        self._procs = {pid: p for pid, p in self._procs.items() if pid in self._sampled}
-        self._sampled = set()
 
     def sample(self, record: JobRecord) -> tuple[float, int] | None:
         """CPU seconds and resident bytes of the job's processes."""
         cpu, memory, measured = 0.0, 0, False
         for pid in [record.launch.pid, *self.hosted.get(record.name, ())]:
-            self._sampled.add(pid)
-            try:
-                proc = self._procs.get(pid) or self._procs.setdefault(pid, psutil.Process(pid))
-                with proc.oneshot():
-                    times = proc.cpu_times()
-                    cpu += times.user + times.system
-                    memory += proc.memory_info().rss
+            usage = process_usage(pid)
+            if usage is not None:
+                cpu += usage[0]
+                memory += usage[1]
                 measured = True
-            except psutil.Error:
-                self._procs.pop(pid, None)
         return (cpu, memory) if measured else None
 
 

@@ -8,7 +8,6 @@ job's output.
 from __future__ import annotations
 
 import http.server
-import json
 import mimetypes
 import threading
 import urllib.parse
@@ -18,17 +17,14 @@ from typing import Any
 from ..errors import ConfigError
 from .jobs import log_tail
 from .monitor import Monitor
+from .push import encode
 
 STATIC = ("index.html", "app.js", "style.css")
+WRITE_TIMEOUT = 10.0  # seconds a following page may take to take in an update
 
 
 def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
-
-
-def encode(data: Any) -> bytes:
-    """``data`` as compact JSON."""
-    return json.dumps(data, default=str, separators=(",", ":")).encode()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -73,12 +69,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-store")
         self.send_header("Connection", "close")
         self.end_headers()
-        for state in self.server.monitor.changes():
-            try:
-                self.wfile.write(b"data: " + encode(state) + b"\n\n")
-                self.wfile.flush()
-            except OSError:
-                return  # the page was closed
+        self.connection.settimeout(WRITE_TIMEOUT)  # a page that reads nothing is dropped
+
+        def write(data: bytes) -> None:
+            self.wfile.write(data)
+            self.wfile.flush()
+        self.server.monitor.follow(write).ended.wait()  # the monitor's thread writes
 
     def _refuse(self) -> None:
         self._json(405, {"error": "the dashboard is read-only"})

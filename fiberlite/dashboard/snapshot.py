@@ -102,13 +102,14 @@ def ring_rows(registry: Registry) -> list[dict]:
     return rows
 
 
-def snapshot(registry: Registry, meter: Meter, charts: dict[str, Any], meta: dict[str, Any]) -> dict:
-    """Everything the page shows, now."""
+def snapshot(registry: Registry, meter: Meter, charts: dict[str, Any] | None,
+             meta: dict[str, Any]) -> dict:
+    """Everything the page shows, now (``charts``: the charts' history, or None)."""
     now = time.monotonic()
     with registry.lock:
         pools = [pool_row(p, registry, now) for p in registry.pools]
         return {**meta, "time": time.time(), "jobs": job_rows(registry, meter),
                 "pools": [p for p in pools if p is not None],
                 "queues": queue_rows(registry), "managers": manager_rows(registry),
-                "rings": ring_rows(registry), "charts": charts,
-                "tasks_done": registry.tasks_done}
+                "rings": ring_rows(registry), "tasks_done": registry.tasks_done,
+                **({"charts": charts} if charts is not None else {})}

@@ -78,10 +78,20 @@ async function showLog(job) {
   document.getElementById("log-text").textContent = answer.text ?? answer.error;
 }
 
+// the charts' history: sent whole, or as the points added since the last update
+let charts = { tasks_per_second: [], cpu: {} };
+function addPoints(points, history) {
+  const keep = (series, more) => series.concat(more).slice(-history);
+  charts.tasks_per_second = keep(charts.tasks_per_second, points.tasks_per_second);
+  // a job's series goes on while it runs: one not in the points has ended
+  charts.cpu = Object.fromEntries(Object.entries(points.cpu).map(([name, more]) => [name, keep(charts.cpu[name] || [], more)]));
+}
+
 function draw(s) {
+  if (s.charts) charts = s.charts; else if (s.points) addPoints(s.points, s.history);
   document.getElementById("run").textContent = `${s.run} (${s.backend})`;
-  drawChart("chart-tasks", [{ color: COLORS[0], points: s.charts.tasks_per_second }]);
-  const cpu = Object.entries(s.charts.cpu).map(([name, points], i) => ({ name, points, color: COLORS[i % COLORS.length] }));
+  drawChart("chart-tasks", [{ color: COLORS[0], points: charts.tasks_per_second }]);
+  const cpu = Object.entries(charts.cpu).map(([name, points], i) => ({ name, points, color: COLORS[i % COLORS.length] }));
   drawChart("chart-cpu", cpu);
   document.getElementById("cpu-legend").replaceChildren(...cpu.map((c) => el("span", { style: `color:${c.color}` }, "■ " + c.name)));
   document.getElementById("pool-list").replaceChildren(...(s.pools.length ? s.pools.map(drawPool) : [el("p", { class: "muted" }, "none")]));
