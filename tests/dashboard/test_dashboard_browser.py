@@ -124,7 +124,10 @@ def test_page_follows_a_live_run(browser, screenshot):
         # a local job's log tail on demand: what it printed
         answer, job = run.ask("talk").split()
         assert answer == "talked"
-        wait_for(browser, lambda b: job in text(b, "#jobs td:first-child"))
+        wait_for(browser, lambda b: b.execute_script(  # its row, once it shows it ended
+            "const row = Array.from(document.querySelectorAll('#jobs tr')).find("
+            "(r) => r.cells[0].textContent === arguments[0]); "
+            "return row !== undefined && row.cells[4].textContent === 'exited'", job))
         browser.execute_script(
             "Array.from(document.querySelectorAll('#jobs tr')).find("
             "(row) => row.cells[0].textContent === arguments[0]).querySelector('button').click()", job)
