@@ -2,28 +2,54 @@
 
 A master (a child process of this script) runs ``Pool(4).map`` over 1,000 tasks of
 ``--task-ms`` milliseconds, with the dashboard off, and on with the page open: a
-reader process fetching ``/api/state`` every 0.5 s, as the page's script does. The
-master's own CPU time (psutil, the master process only: not its workers, not the
-reader) during the map is compared. Then the master puts an item in a queue, five
-times, and the reader notes when the page's data first shows it.
+reader process following ``/api/events`` (the data pushed at each change, looked for
+every 0.5 s), as the page's script does, or with
+``--browser`` the page itself in headless Chromium (selenium; Debian's ``chromium`` and
+``chromium-driver``). The master's own CPU time (psutil, the master process only: not
+its workers, not the reader) during the map is compared. Then the master puts an item
+in a queue, five times, and the reader notes when it first shows: in the page's data,
+or with ``--browser`` in the page itself (the moment the page's queue table changed,
+taken in the browser).
 
-    python benchmarks/bench_dashboard.py [--rounds 5] [--task-ms 5]
+    python benchmarks/bench_dashboard.py [--rounds 5] [--task-ms 5] [--browser]
 """
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
+import random
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Report, finish, from_samples, interleave, parser, progress, sized  # noqa: E402
 
-TASKS, WORKERS, POLL = 1000, 4, 0.5
+TASKS, WORKERS = 1000, 4
 CHANGES = 5
+
+# in the page: note when the queue table's first size changes, with the browser's clock
+# (epoch seconds, as Python's time.time())
+WATCH_QUEUE = """
+window.seen = [];
+let last = null;
+const look = () => {
+  const cell = document.querySelector("#queues tbody td:nth-child(2)");
+  if (cell && /^[0-9]+$/.test(cell.textContent) && cell.textContent !== last) {
+    last = cell.textContent;
+    window.seen.push([last, (performance.timeOrigin + performance.now()) / 1000]);
+  }
+};
+new MutationObserver(look).observe(document.getElementById("queues"),
+                                   {childList: true, subtree: true, characterData: true});
+look();
+"""
 
 
 def task(ms: float) -> float:
@@ -32,23 +58,77 @@ def task(ms: float) -> float:
 
 
 def reader(url: str) -> None:
-    """The page, without a browser: fetch the state every POLL seconds; print the moment
-    each new queue size is first seen (``seen SIZE T``) until the master goes away."""
+    """The page, without a browser: follow the data the master pushes (``api/events``),
+    as the page's script does; print the moment each new queue size is first seen
+    (``seen SIZE T``) until the master goes away."""
     last = None
-    while True:
-        try:
-            with urllib.request.urlopen(url + "api/state", timeout=10) as reply:
-                state = json.load(reply)
-        except OSError:
-            return
-        sizes = [q["size"] for q in state["queues"]]
-        if sizes and sizes[0] != last:
-            last = sizes[0]
-            print("seen", last, time.monotonic(), flush=True)
-        time.sleep(POLL)
+    try:
+        with urllib.request.urlopen(url + "api/events", timeout=60) as stream:
+            for line in stream:
+                if not line.startswith(b"data: "):
+                    continue
+                sizes = [q["size"] for q in json.loads(line[6:])["queues"]]
+                if sizes and sizes[0] != last:
+                    last = sizes[0]
+                    print("seen", last, time.time(), flush=True)
+    except (OSError, http.client.HTTPException):
+        return
 
 
-def master(page: bool, task_ms: float) -> None:
+def browser_reader(url: str) -> None:
+    """The page in headless Chromium; prints ``seen SIZE T`` as :func:`reader` does, T
+    being when the page's queue table changed (until the master goes away)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # quit the browser too
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        driver.get(url)
+        driver.execute_script(WATCH_QUEUE)
+        told = 0
+        while True:
+            seen, status = driver.execute_script(
+                "return [window.seen, document.getElementById('status').textContent]")
+            for size, when in seen[told:]:
+                print("seen", size, when, flush=True)
+            told = len(seen)
+            if "run ended" in status:
+                return
+            time.sleep(0.05)
+    finally:
+        driver.quit()
+
+
+def check_browser() -> None:
+    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        missing.append("selenium (pip install selenium)")
+    if missing:
+        raise SystemExit("--browser needs " + ", ".join(missing) +
+                         " (apt-get install -y chromium chromium-driver)")
+
+
+def page_threads_cpu() -> float | None:
+    """CPU seconds of the page's own threads so far (its clock and its server), from
+    Linux's per-thread figures; None elsewhere."""
+    total = 0
+    for thread in threading.enumerate():
+        if thread.name.startswith("fiberlite-dashboard"):
+            try:
+                with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
+                    total += int(stat.read().split()[0])
+            except OSError:
+                return None
+    return total / 1e9
+
+
+def master(page: bool, task_ms: float, browser: bool) -> None:
     """One measured map (and, with the page, the change latencies), as one JSON line."""
     import psutil
 
@@ -62,32 +142,37 @@ def master(page: bool, task_ms: float) -> None:
         watcher = None
         if page:
             from fiberlite import dashboard
-            watcher = subprocess.Popen([sys.executable, __file__, "--role", "reader", dashboard.url()],
+            role = "browser" if browser else "reader"
+            watcher = subprocess.Popen([sys.executable, __file__, "--role", role, dashboard.url()],
                                        stdout=subprocess.PIPE, text=True)
             assert watcher.stdout.readline().startswith("seen 0")
         me = psutil.Process()
-        before, start = me.cpu_times(), time.perf_counter()
+        before, start, threads = me.cpu_times(), time.perf_counter(), page_threads_cpu()
         assert pool.map(task, [task_ms] * TASKS, chunksize=1) == [task_ms] * TASKS
         after, wall = me.cpu_times(), time.perf_counter() - start
         result["cpu"] = (after.user + after.system) - (before.user + before.system)
         result["wall"] = wall
+        if page and threads is not None:
+            result["page_threads"] = page_threads_cpu() - threads
         if watcher is not None:
             delays = []
             for size in range(1, CHANGES + 1):
-                put = time.monotonic()
+                time.sleep(random.uniform(0, 1))  # changes come at any moment, not in step
+                put = time.time()
                 queue.put(size)
                 seen = watcher.stdout.readline().split()
                 assert seen[:2] == ["seen", str(size)], seen
                 delays.append(float(seen[2]) - put)
             result["delays"] = delays
-            watcher.kill()
+            watcher.terminate()
             watcher.wait()
     print(json.dumps(result), flush=True)
 
 
-def measure(page: bool, task_ms: float) -> dict:
+def measure(page: bool, task_ms: float, browser: bool) -> dict:
     done = subprocess.run([sys.executable, __file__, "--role", "master", "--task-ms", str(task_ms)]
-                          + (["--page"] if page else []), capture_output=True, text=True, timeout=600)
+                          + (["--page"] if page else []) + (["--browser"] if browser else []),
+                          capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"the master failed:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -97,28 +182,38 @@ def main() -> None:
     p = parser("the dashboard's cost to the master and its delay")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--task-ms", type=float, default=5.0)
-    p.add_argument("--role", choices=["master", "reader"], help=argparse.SUPPRESS)
+    p.add_argument("--browser", action="store_true",
+                   help="open the page in headless Chromium instead of fetching its data")
+    p.add_argument("--role", choices=["master", "reader", "browser"], help=argparse.SUPPRESS)
     p.add_argument("--page", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("url", nargs="?", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.role == "reader":
         return reader(args.url)
+    if args.role == "browser":
+        return browser_reader(args.url)
     if args.role == "master":
-        return master(args.page, args.task_ms)
+        return master(args.page, args.task_ms, args.browser)
+    if args.browser:
+        check_browser()
     rounds = sized(args, args.rounds, 1)
-    samples = interleave({"page closed": lambda: measure(False, args.task_ms),
-                          "page open": lambda: measure(True, args.task_ms)}, rounds, label="maps")
+    samples = interleave({"page closed": lambda: measure(False, args.task_ms, args.browser),
+                          "page open": lambda: measure(True, args.task_ms, args.browser)},
+                         rounds, label="maps")
+    shown = ("shown in the page (headless Chromium)" if args.browser
+             else "seen by a reader following the page's data (api/events)")
     report = Report("dashboard", f"Pool({WORKERS}).map of {TASKS} tasks of {args.task_ms:g} ms, "
-                                 f"page read every {POLL:g} s", tasks=TASKS, workers=WORKERS)
+                                 f"page {'open in headless Chromium' if args.browser else 'followed by a reader'}",
+                    tasks=TASKS, workers=WORKERS)
     cpu = report.section("master_cpu", "master CPU during the map", unit="map",
                          reference="page closed", note="the master process only (psutil)")
     for name, results in samples.items():
         cpu.add(name, from_samples(r["cpu"] for r in results),
                 wall=[r["wall"] for r in results])
-    delay = report.section("delay", "from a change to the page's data", unit="change",
-                           reference="queue.put seen by a reader polling every 0.5 s")
+    delay = report.section("delay", "from a change to the page " + (
+        "showing it" if args.browser else "data"), unit="change", reference="queue.put " + shown)
     delays = [d for r in samples["page open"] for d in r["delays"]]
-    delay.add("queue.put seen by a reader polling every 0.5 s", from_samples(delays))
+    delay.add("queue.put " + shown, from_samples(delays))
     finish(report, args)
     extra = [o["cpu"] - c["cpu"] for o, c in zip(samples["page open"], samples["page closed"])]
     closed = [c["cpu"] for c in samples["page closed"]]
@@ -127,6 +222,12 @@ def main() -> None:
           f"({100 * sum(extra) / sum(closed):+.1f}% of the master's CPU, "
           f"{100 * sum(extra) / sum(wall):+.2f}% of one core); slowest change shown after "
           f"{max(delays):.2f} s")
+    threads = [o["page_threads"] for o in samples["page open"] if "page_threads" in o]
+    if threads:
+        opened = [o["cpu"] for o in samples["page open"]]
+        print(f"the page's own threads: {sum(threads) / len(threads) * 1000:.1f} ms per map "
+              f"({100 * sum(threads) / sum(opened):.1f}% of the master's CPU with the page open, "
+              f"{100 * sum(threads) / sum(wall):.2f}% of one core)")
     progress("done")
 
 

@@ -16,11 +16,18 @@ class _Relay(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self) -> None:
+        if self.path.split("?")[0].endswith("/api/events"):
+            # a stream never ends: it cannot be fetched whole; the page polls instead
+            self._answer(404, "text/plain; charset=utf-8", b"not relayed: poll api/state")
+            return
         try:
             status, kind, body = self.server.fetch(self.path)
         except Exception as exc:  # the cluster cannot be reached: say so in the browser
             status, kind = 502, "text/plain; charset=utf-8"
             body = f"fiberlite: the master's page cannot be reached through the API server: {exc}".encode()
+        self._answer(status, kind, body)
+
+    def _answer(self, status: int, kind: str, body: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Type", kind or "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))

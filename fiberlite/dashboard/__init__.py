@@ -13,7 +13,7 @@ import threading
 from .. import config, observe, process
 from ..runtime import identity
 from .monitor import Monitor
-from .registry import Registry
+from .registry import HISTORY, Registry
 from .server import DashboardServer
 
 __all__ = ["start", "start_if_asked", "stop", "url"]
@@ -31,7 +31,7 @@ def start(address: tuple[str, int] | None = None) -> str:
             return _server.url
         host, port = address or config.get("dashboard") or ("127.0.0.1", 8787)
         registry = Registry()
-        meta = {"run": identity.run_id(), "backend": config.get("backend")}
+        meta = {"run": identity.run_id(), "backend": config.get("backend"), "history": HISTORY}
         server = DashboardServer(host, port, Monitor(registry, meta))
         observe.watch(registry)
         _server = server

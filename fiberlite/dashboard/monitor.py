@@ -1,17 +1,21 @@
-"""The dashboard's clock: once a second, while someone looks at the page, it measures
-the jobs and adds a point to each chart. Nobody looking: it sleeps."""
+"""The dashboard's clock: while someone looks at the page, it measures the jobs and
+adds a point to each chart once a second, and every half second sends what changed to
+the pages that follow the run (:mod:`.push`), all on one thread. Nobody looking: it
+sleeps."""
 from __future__ import annotations
 
 import collections
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
-from .jobs import Meter
+from .jobs import Meter, hosted_workers
+from .push import Follower, Followers, encode
 from .registry import HISTORY, Registry
 from .snapshot import snapshot
 
-TICK = 1.0  # seconds between samples
+CHECK = 0.5  # seconds between looks for a change to send to the pages that follow
+ROUNDS_PER_TICK = 2  # looks per sample of the jobs and point of the charts (one a second)
 VIEWED_FOR = 10.0  # seconds a look at the page keeps the sampling on
 
 
@@ -25,56 +29,92 @@ class Monitor:
         self.rates: collections.deque = collections.deque(maxlen=HISTORY)
         self.cpu: dict[str, collections.deque] = {}
         self._last_done: tuple[float, int] | None = None
+        self.ticks = 0  # rounds of points added to the charts
+        self.points: dict = {"tasks_per_second": [], "cpu": {}}  # those of the last round
         self._viewed = 0.0
         self._wake = threading.Event()
         self._stopped = False
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
+        self.followers = Followers()
         self._thread = threading.Thread(target=self._loop, name="fiberlite-dashboard-monitor",
                                         daemon=True)
         self._thread.start()
 
-    def state(self) -> dict:
-        """What the page shows; marks the page as viewed."""
+    def state(self, charts: bool = True) -> dict:
+        """What the page shows (without the charts' history if not ``charts``); marks
+        the page as viewed."""
         self._viewed = time.monotonic()
         self._wake.set()
+        return snapshot(self.registry, self.meter, self.history() if charts else None,
+                        self.meta)
+
+    def history(self) -> dict:
+        """The charts' points."""
         with self._lock:
-            charts = {"tasks_per_second": list(self.rates),
-                      "cpu": {name: list(points) for name, points in self.cpu.items()}}
-        return snapshot(self.registry, self.meter, charts, self.meta)
+            return {"tasks_per_second": list(self.rates),
+                    "cpu": {name: list(points) for name, points in self.cpu.items()}}
+
+    def follow(self, write: Callable[[bytes], None]) -> Follower:
+        """A page follows the run from now on: it gets what the page shows at once
+        through ``write``, then each change (until its ``ended`` is set)."""
+        with self._lock:
+            ticks = self.ticks
+        follower = Follower(write, ticks)
+        follower.send(encode(self.state()))  # its charts have at least round ``ticks``
+        self.followers.add(follower)
+        return follower
 
     def stop(self) -> None:
         self._stopped = True
+        self._stopping.set()
         self._wake.set()
+        self.followers.end_all()
 
     def _loop(self) -> None:
+        rounds = 0
         while not self._stopped:
-            if time.monotonic() - self._viewed > VIEWED_FOR:
+            if not self.followers and time.monotonic() - self._viewed > VIEWED_FOR:
                 self._wake.clear()
                 self._last_done = None
+                rounds = 0
                 self._wake.wait()
                 continue
             try:
-                self.tick()
+                if rounds % ROUNDS_PER_TICK == 0:
+                    self.tick()
+                if self.followers:
+                    with self._lock:
+                        ticks, points = self.ticks, self.points
+                    state = snapshot(self.registry, self.meter, None, self.meta)
+                    self.followers.push(state, ticks, points, self.history)
             except Exception:  # a page must never take the run down
                 pass
-            time.sleep(TICK)
+            rounds += 1
+            self._stopping.wait(CHECK)
 
     def tick(self) -> None:
         """Measure the running jobs and add one point to each chart."""
         with self.registry.lock:
             records = list(self.registry.jobs.values())
+            pools = list(self.registry.pools)
             done = self.registry.tasks_done
-        self.meter.sample(records)
-        now, stamp = time.monotonic(), time.time()
+        self.meter.sample(records, hosted_workers(pools))
+        now, stamp = time.monotonic(), round(time.time(), 2)  # short points: less to send
         with self._lock:
+            points: dict = {"tasks_per_second": [], "cpu": {}}
             if self._last_done is not None:
                 then, before = self._last_done
-                self.rates.append((stamp, (done - before) / max(now - then, 1e-9)))
+                points["tasks_per_second"].append(
+                    (stamp, round((done - before) / max(now - then, 1e-9), 1)))
+                self.rates.extend(points["tasks_per_second"])
             self._last_done = (now, done)
             for name, usage in self.meter.usage.items():
                 if usage.cpu is not None:
-                    self.cpu.setdefault(name, collections.deque(maxlen=HISTORY)).append(
-                        (stamp, usage.cpu))
-            for name in [n for n in self.cpu if self.meter.usage.get(n) is None
-                         or self.meter.usage[n].cpu is None]:
+                    points["cpu"][name] = [(stamp, round(usage.cpu, 1))]
+                    self.cpu.setdefault(name, collections.deque(maxlen=HISTORY)).extend(
+                        points["cpu"][name])
+            for name in [n for n in self.cpu if n not in points["cpu"]]:
                 del self.cpu[name]
+            self.points = points
+            self.ticks += 1

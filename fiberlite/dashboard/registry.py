@@ -10,6 +10,8 @@ import traceback
 import weakref
 from typing import Any
 
+from ..ring.report import REPORT_EVERY
+
 KEEP_BATCHES = 50  # finished batches kept per pool
 KEEP_ERRORS = 20  # task exceptions kept per pool
 KEEP_JOBS = 500  # jobs kept, finished ones dropped first
@@ -159,3 +161,4 @@ class Registry:
 
     def on_ring(self, ring: Any) -> None:
         self.rings[id(ring)] = ring
+        ring.ask_reports(REPORT_EVERY)  # its members report their collectives to it

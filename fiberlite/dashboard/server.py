@@ -1,12 +1,13 @@
 """The page's HTTP server: GET only, nothing it serves changes the run.
 
 ``/`` the page, ``/static/...`` its script and style, ``/api/state`` everything the
-page shows (JSON), ``/api/logs?job=NAME`` the tail of a job's output.
+page shows (JSON), ``/api/events`` the same pushed each time it changes (server-sent
+events: an open page costs no request per update), ``/api/logs?job=NAME`` the tail of a
+job's output.
 """
 from __future__ import annotations
 
 import http.server
-import json
 import mimetypes
 import threading
 import urllib.parse
@@ -16,8 +17,10 @@ from typing import Any
 from ..errors import ConfigError
 from .jobs import log_tail
 from .monitor import Monitor
+from .push import encode
 
 STATIC = ("index.html", "app.js", "style.css")
+WRITE_TIMEOUT = 10.0  # seconds a following page may take to take in an update
 
 
 def _static(name: str) -> bytes:
@@ -27,6 +30,7 @@ def _static(name: str) -> bytes:
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: "DashboardServer"
     server_version = "fiberlite-dashboard"
+    protocol_version = "HTTP/1.1"  # the page's requests reuse one connection (and its thread)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the run's output is the user's
         pass
@@ -42,6 +46,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, _static(name), kind + "; charset=utf-8")
         elif path == "/api/state":
             self._json(200, self.server.monitor.state())
+        elif path == "/api/events":
+            self._events()
         elif path == "/api/logs":
             self._logs(urllib.parse.parse_qs(url.query).get("job", [""])[0])
         else:
@@ -56,13 +62,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._json(200, {"job": job, "text": log_tail(record)})
 
+    def _events(self) -> None:
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.connection.settimeout(WRITE_TIMEOUT)  # a page that reads nothing is dropped
+
+        def write(data: bytes) -> None:
+            self.wfile.write(data)
+            self.wfile.flush()
+        self.server.monitor.follow(write).ended.wait()  # the monitor's thread writes
+
     def _refuse(self) -> None:
         self._json(405, {"error": "the dashboard is read-only"})
 
     do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
     def _json(self, status: int, data: Any) -> None:
-        self._send(status, json.dumps(data, default=str).encode(), "application/json")
+        self._send(status, encode(data), "application/json")
 
     def _send(self, status: int, body: bytes, kind: str) -> None:
         self.send_response(status)

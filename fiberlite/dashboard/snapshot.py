@@ -90,21 +90,26 @@ def ring_rows(registry: Registry) -> list[dict]:
         members = []
         for rank, process in enumerate(list(ring.processes)):
             launch = getattr(process, "_popen", None)
-            members.append({"rank": rank, "job": launch.job.spec.name if launch else None,
-                            "host": joined[rank][1] if rank in joined else None,
-                            "exitcode": process.exitcode})
+            job = launch.job.spec.name if launch else None
+            record = registry.jobs.get(job)
+            host = host_of(record) if record is not None else None
+            members.append({"rank": rank, "job": job, "joined": rank in joined,
+                            "host": host or (joined[rank][1] if rank in joined else None),
+                            "exitcode": process.exitcode,
+                            **rendezvous.rates.of(rank, ended=process.exitcode is not None)})
         rows.append({"name": ring.name, "world_size": ring.world_size, "members": members,
                      "joined": len(joined)})
     return rows
 
 
-def snapshot(registry: Registry, meter: Meter, charts: dict[str, Any], meta: dict[str, Any]) -> dict:
-    """Everything the page shows, now."""
+def snapshot(registry: Registry, meter: Meter, charts: dict[str, Any] | None,
+             meta: dict[str, Any]) -> dict:
+    """Everything the page shows, now (``charts``: the charts' history, or None)."""
     now = time.monotonic()
     with registry.lock:
         pools = [pool_row(p, registry, now) for p in registry.pools]
         return {**meta, "time": time.time(), "jobs": job_rows(registry, meter),
                 "pools": [p for p in pools if p is not None],
                 "queues": queue_rows(registry), "managers": manager_rows(registry),
-                "rings": ring_rows(registry), "charts": charts,
-                "tasks_done": registry.tasks_done}
+                "rings": ring_rows(registry), "tasks_done": registry.tasks_done,
+                **({"charts": charts} if charts is not None else {})}

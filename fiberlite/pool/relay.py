@@ -97,6 +97,12 @@ class HostRelay(Servant):
             return [pid for host in self.hosts.values() for pid in host.workers.values()
                     if pid is not None]
 
+    def pids_by_host(self) -> dict[int, list[int]]:
+        """The known pids of each live host's workers, by host id (for the dashboard)."""
+        with self._lock:
+            return {hid: [pid for pid in host.workers.values() if pid is not None]
+                    for hid, host in self.hosts.items()}
+
     def host_gone(self, hid: int, exitcode: int | None) -> None:
         """Host ``hid`` ended (or cannot be reached): its workers are lost."""
         with self._lock:

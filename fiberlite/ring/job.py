@@ -20,6 +20,7 @@ from .errors import describe_failure
 from .inbox import RingMember
 from .link import NeighbourLink
 from .member import Member
+from .report import CollectiveCounter, Reporter
 
 
 class _MemberMain:
@@ -27,7 +28,7 @@ class _MemberMain:
 
     def __init__(self, rendezvous: ObjectRef, rank: int, world_size: int, target: Callable,
                  args: tuple, kwargs: dict, initializer: Callable | None, initargs: tuple,
-                 timeout: float | None) -> None:
+                 timeout: float | None, report_every: float | None = None) -> None:
         self.rendezvous = rendezvous
         self.rank = rank
         self.world_size = world_size
@@ -37,6 +38,8 @@ class _MemberMain:
         self.initializer = initializer
         self.initargs = initargs
         self.timeout = timeout
+        self.report_every = report_every  # seconds between reports of its collectives, or None
+        self._reporter: Reporter | None = None
         wants = getattr(target, META_ATTRIBUTE, None)
         if wants:  # @fiberlite.meta on the target applies to every member's job
             setattr(self, META_ATTRIBUTE, dict(wants))
@@ -55,6 +58,10 @@ class _MemberMain:
             table = self.rendezvous.call("join", self.rank, ref, machine_id(),
                                          link.address if link is not None else None)
             member = Member(self.rank, self.world_size, table, inbox, self.rendezvous, self.timeout, link)
+            if self.report_every:
+                member.counter = CollectiveCounter()
+                self._reporter = Reporter(self.rendezvous, self.rank, member.counter,
+                                          self.report_every)
             member._connect_partners()
             member._connect_link()
             self.rendezvous.call("ready", self.rank)  # nobody starts before all are connected
@@ -93,6 +100,8 @@ class _MemberMain:
             link.close()
 
     def _report(self, ok: bool, info: Any) -> None:
+        if self._reporter is not None:
+            self._reporter.stop()  # the final counts, before the member leaves
         try:
             flush()  # what this member sent has landed before it reports how it ended
         except Exception:

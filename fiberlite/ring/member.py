@@ -51,6 +51,7 @@ from ..wire.codec import Payload
 from .errors import RingTimeoutError
 from .inbox import RingMember
 from .link import NeighbourLink, NeighbourLinkLost
+from .report import CollectiveCounter, payload_size
 from .stream import MessageStream
 
 
@@ -93,6 +94,7 @@ class Member:
         self._link_addresses: list[str | None] = table.get("links") or [None] * world_size
         self._hosts: list[str] = table.get("hosts") or [""] * world_size
         self._scratch: list[np.ndarray] = []
+        self.counter: CollectiveCounter | None = None  # set when the run's page asks for reports
         if link is not None:
             inbox.on_fail = link.abort
 
@@ -249,6 +251,11 @@ class Member:
         finally:
             self._deadline = None
 
+    def _count(self, nbytes: int) -> None:
+        """One collective done here, with ``nbytes`` of data (counted only when asked)."""
+        if self.counter is not None:
+            self.counter.add(nbytes)
+
     def _check_rank(self, rank: Any, name: str) -> int:
         try:
             value = operator.index(rank)
@@ -265,6 +272,7 @@ class Member:
         what = "barrier" if name is None else f"barrier {name!r}"
         with self._op(what, timeout) as t:
             names = coll.bruck_allgather(t, name, t.tag)
+        self._count(0)
         if any(n != name for n in names):
             raise RuntimeError("ranks reached different barriers: "
                                + ", ".join(f"rank {i}: {n!r}" for i, n in enumerate(names)))
@@ -276,6 +284,7 @@ class Member:
         with self._op("broadcast") as t:
             payload = Payload.pack(buffers.to_host(obj)) if self.rank == src else None
             payload = coll.tree_broadcast(t, payload, src, t.tag)
+        self._count(payload_size(payload))
         return obj if self.rank == src else buffers.from_host(payload.unpack())
 
     def all_gather(self, data: Any) -> list[Any]:
@@ -283,6 +292,7 @@ class Member:
         entry is ``data`` itself). Bruck's algorithm: ceil(log2 N) rounds."""
         with self._op("all_gather") as t:
             payloads = coll.bruck_allgather(t, Payload.pack(buffers.to_host(data)), t.tag)
+        self._count(payload_size(payloads[self.rank]))
         return [data if i == self.rank else buffers.from_host(p.unpack()) for i, p in enumerate(payloads)]
 
     def all_reduce(self, data: Any, op: str = "sum", algorithm: str | None = None) -> Any:
@@ -312,6 +322,7 @@ class Member:
                         groups[g] = coll.ring_reduce(
                             t, flat, buffers.split_bounds(flat.size, self.world_size), ufunc,
                             (t.tag, g), out=self._buffers.empty(flat.size, flat.dtype))
+        self._count(sum(flat.nbytes for flat in groups))
         if op == "mean":
             groups = [coll.finish_mean(flat, self.world_size) for flat in groups]
         return rebuild([groups[g][a:b] for g, a, b in where], op)
@@ -350,6 +361,7 @@ class Member:
                         # a copy: the rest of ``full`` (partial sums) goes back to the pool
                         shards[g] = np.array(full[segments[g][r]:segments[g][r + 1]])
                         del full
+        self._count(sum(flat.nbytes for flat in groups))
         if op == "mean":
             shards = [coll.finish_mean(s, n) for s in shards]
         offsets = [seg[r] for seg in segments]

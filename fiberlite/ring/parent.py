@@ -31,6 +31,7 @@ from ..process import Process
 from ..runtime.hub import ObjectRef, Servant, get_hub
 from .errors import describe_failure
 from .job import _MemberMain
+from .report import MemberRates
 
 DEFAULT_TIMEOUT = 1800.0   # seconds a collective may wait (torch.distributed's default)
 ABORT_GRACE = 10.0         # seconds members get to stop by themselves after a failure
@@ -46,6 +47,7 @@ class Rendezvous(Servant):
         self._waiting: dict[str, dict[int, Any]] = {"join": {}, "ready": {}}
         self._rank_of_peer: dict[int, int] = {}
         self.error: RingError | None = None
+        self.rates = MemberRates()  # what members report when asked (the run's page)
 
     def _gather(self, phase: str, request: Any, rank: int) -> list[Any] | None:
         """Keep ``request`` until every rank reached ``phase``; then return all of them."""
@@ -71,6 +73,12 @@ class Rendezvous(Servant):
             table = self._table()
             for waiter in everyone:
                 waiter.reply(table)
+
+    def op_stats(self, request: Any, rank: int, collectives: int, nbytes: int,
+                 seconds: float) -> None:
+        """A member's counts so far (sent only when the ring asked for reports)."""
+        self.rates.add(rank, collectives, nbytes, seconds)
+        request.reply()
 
     def op_ready(self, request: Any, rank: int) -> None:
         for waiter in self._gather("ready", request, rank) or ():
@@ -158,12 +166,18 @@ class Ring:
         self._results: list[Any] | None = None
         self._closed = False
         self._grace_timer: threading.Timer | None = None
+        self._report_every: float | None = None
 
     def __repr__(self) -> str:
         state = "initial" if not self.processes else ("running" if self.is_alive() else "stopped")
         return f"<{self.name} world_size={self.world_size} {state}>"
 
     # -- control ---------------------------------------------------------------------------------
+    def ask_reports(self, every: float) -> None:
+        """Have the members report their collectives every ``every`` seconds
+        (:mod:`.report`); before :meth:`start` (the run's page asks when it sees the ring)."""
+        self._report_every = every
+
     def start(self) -> None:
         """Start the members' jobs."""
         if self.processes or self._closed:
@@ -174,7 +188,8 @@ class Ring:
         try:
             for rank in range(self.world_size):
                 main = _MemberMain(self._ref, rank, self.world_size, self._target, self._args,
-                                   self._kwargs, self._initializer, self._initargs, self.timeout)
+                                   self._kwargs, self._initializer, self._initargs, self.timeout,
+                                   self._report_every)
                 process = (Process if self._context is None else self._context.Process)(target=main, name=f"{self.name}-{rank}")
                 process.start()
                 self.processes.append(process)

@@ -534,6 +534,7 @@ def test_fiberlite_run_opens_the_page_through_the_pod_proxy(kube, tmp_path, capf
     master_name = found["master"]
     assert found["state"]["run"] == master_name.split("-")[1]
     assert [q["size"] for q in found["state"]["queues"]] == [1]
+    assert found["events"] == 404
     assert 'src="static/app.js"' in found["html"]  # relative: the page works under the proxy's path
     assert found["script_type"].startswith("text/javascript")
     assert found["denied"][0] == 403 and b"pods/proxy" in found["denied"][1]
@@ -567,6 +568,10 @@ def read_through_the_door(kube, capfd, port: int, seen, found: dict) -> None:
             found["html"] = page.read().decode()
         with urllib.request.urlopen(door + "static/app.js", timeout=10) as page:
             found["script_type"] = page.headers["Content-Type"]
+        try:  # a stream cannot be relayed whole: refused at once, the page polls instead
+            urllib.request.urlopen(door + "api/events", timeout=10)
+        except urllib.error.HTTPError as refused:
+            found["events"] = refused.code
         kube.server.forbid("get", "pods/proxy")
         try:
             urllib.request.urlopen(door + "api/state", timeout=10)

@@ -5,6 +5,8 @@ import signal
 import sys
 import time
 
+import numpy as np
+
 import fiberlite as mp
 
 
@@ -24,9 +26,34 @@ def sleeps(x):
     return x
 
 
+def talks(lines):
+    for i in range(lines):
+        print(f"line {i} of a job", file=sys.stderr, flush=True)  # stdout answers the test
+
+
+RING_FLOATS = 1024  # each all_reduce: 8 KiB
+
+
+def reduces_until(ring, stop):
+    """all_reduce until ``stop`` is set on any rank (the ranks agree through the
+    reduction itself, so all call it as often); returns how many it made."""
+    count = 0
+    while True:
+        data = np.ones(RING_FLOATS)
+        data[0] = stop.is_set()
+        total = ring.all_reduce(data)
+        count += 1
+        assert total[1] == ring.world_size
+        if total[0]:
+            return count
+        time.sleep(0.01)
+
+
 def main() -> None:
     mp.init(dashboard="127.0.0.1:0")
     queue = mp.Queue()
+    rings = []  # kept: the page shows rings that still exist
+    stop = mp.Event()
     with mp.Pool(4) as pool:
         print("ready", flush=True)
         for line in sys.stdin:
@@ -34,6 +61,19 @@ def main() -> None:
             if command == "map":
                 results = pool.map(slow_square, range(1000))
                 print("map", "exact" if results == [x * x for x in range(1000)] else "WRONG", flush=True)
+            elif command == "talk":
+                job = mp.Process(target=talks, args=(300,))
+                job.start()
+                job.join()
+                print("talked", job._popen.job.spec.name, flush=True)
+            elif command == "ring":
+                rings.append(mp.Ring(2, reduces_until, args=(stop,)))
+                rings[-1].start()
+                print("ring started", flush=True)
+            elif command == "ring-stop":
+                stop.set()
+                rings[-1].join()
+                print("ring-stopped", *rings[-1].results, flush=True)
             elif command == "put":
                 queue.put("item")
                 print("put", flush=True)

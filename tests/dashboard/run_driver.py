@@ -23,12 +23,15 @@ class LiveRun:
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env)
         self.stderr: list[str] = []
+        self._more_stderr = threading.Condition()
         found = threading.Event()
         self.url = ""
 
         def read_stderr() -> None:
             for line in self.proc.stderr:
-                self.stderr.append(line)
+                with self._more_stderr:
+                    self.stderr.append(line)
+                    self._more_stderr.notify_all()
                 match = re.search(r"dashboard at (http://\S+)", line)
                 if match and not found.is_set():
                     self.url = match.group(1)
@@ -43,6 +46,14 @@ class LiveRun:
         line = self.proc.stdout.readline()
         assert line, f"the run ended: {''.join(self.stderr)}"
         return line.strip()
+
+    def stderr_lines(self, prefix: str, count: int, timeout: float = 30) -> list[str]:
+        """The run's stderr lines that start with ``prefix``, once there are ``count``."""
+        def found() -> list[str]:
+            return [line.rstrip("\n") for line in self.stderr if line.startswith(prefix)]
+        with self._more_stderr:
+            self._more_stderr.wait_for(lambda: len(found()) >= count, timeout)
+            return found()
 
     def send(self, command: str) -> None:
         self.proc.stdin.write(command + "\n")

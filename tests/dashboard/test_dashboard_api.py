@@ -2,6 +2,7 @@
 workers, queues; read-only; off by default; bad addresses rejected clearly."""
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import sys
@@ -65,8 +66,53 @@ def test_queue_size_and_job_usage(live_run):
     assert live_run.ask("map") == "map exact"
     state = live_run.get("api/state")  # the meter samples once a second while the page is read
     assert all(job["memory"] and job["memory"] > 10 << 20 for job in state["jobs"]), state["jobs"]
-    log = live_run.get("api/logs?job=" + state["jobs"][0]["name"])
-    assert "master's own output" in log["text"]
+    answer, name = live_run.ask("talk").split()
+    assert answer == "talked"
+    log = live_run.get("api/logs?job=" + name)["text"].splitlines()
+    # the last 200 of the 300 lines it printed, which also went to the run's own output
+    assert log == [f"line {i} of a job" for i in range(100, 300)]
+    assert live_run.stderr_lines("line ", 300) == [f"line {i} of a job" for i in range(300)]
+
+
+def test_ring_members_and_their_collectives(live_run):
+    assert live_run.ask("ring") == "ring started"
+    running = None
+    while running is None:  # bounded by the test's timeout
+        [ring] = live_run.get("api/state")["rings"]
+        if all(m["collectives_per_s"] for m in ring["members"]):
+            running = ring
+        time.sleep(0.05)  # a pause between looks, not a wait for something
+    assert [(m["rank"], m["exitcode"]) for m in running["members"]] == [(0, None), (1, None)]
+    answer, *counts = live_run.ask("ring-stop").split()
+    assert answer == "ring-stopped" and counts[0] == counts[1]
+    count = int(counts[0])
+    state = live_run.get("api/state")
+    [ring] = state["rings"]
+    hosts = {job["name"]: job["host"] for job in state["jobs"]}
+    for rank, member in enumerate(ring["members"]):
+        # every collective counted once, with its 8 KiB, reported before the member left
+        assert (member["rank"], member["exitcode"]) == (rank, 0)
+        assert (member["collectives"], member["bytes"]) == (count, count * 8192)
+        assert member["host"] == hosts[member["job"]]
+        assert 0 < member["collectives_per_s"] <= 100  # each pauses 10 ms
+        assert member["bytes_per_s"] == pytest.approx(member["collectives_per_s"] * 8192)
+
+
+def test_changes_are_pushed_once_each(live_run):
+    with urllib.request.urlopen(live_run.url + "api/events", timeout=30) as stream:
+        def pushed() -> dict:
+            for line in stream:
+                if line.startswith(b"data: "):
+                    return json.loads(line[6:])
+            raise AssertionError("the stream ended")
+        states = [pushed()]  # the first at once
+        assert [q["size"] for q in states[0]["queues"]] == [0]
+        assert live_run.ask("put") == "put"
+        while [q["size"] for q in states[-1]["queues"]] != [1]:
+            states.append(pushed())  # bounded by the test's timeout
+    # nothing pushed twice: each state differs from the one before
+    for before, after in zip(states, states[1:]):
+        assert {**before, "time": 0} != {**after, "time": 0}
 
 
 def test_read_only_and_unknown_paths(live_run):

@@ -83,6 +83,16 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, change_shown, timeout=10)
         assert shown[0] - before <= 2, f"{shown[0] - before} updates before the change showed"
 
+        # a Ring's members and their collective rates, while it runs
+        assert run.ask("ring") == "ring started"
+
+        def ring_rates(b) -> list[str]:
+            return b.execute_script("return Array.from(document.querySelectorAll("
+                                    "'#ring-list td.collective-rate')).map((e) => e.textContent)")
+        wait_for(browser, lambda b: len(ring_rates(b)) == 2
+                 and all(r not in ("–", "0.0") for r in ring_rates(b)))
+        assert "rank 0" in text(browser, "#ring-list") and "rank 1" in text(browser, "#ring-list")
+
         # a map of 1,000 tasks, seen part done and then done
         run.send("map")
         partial = []
@@ -100,6 +110,9 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, lambda b: b.execute_script(count, "#chart-tasks polyline") == 1
                  and b.execute_script(count, "#chart-cpu polyline") >= 1)
         screenshot(browser, "dashboard.png")
+        answer, *counts = run.ask("ring-stop").split()
+        assert answer == "ring-stopped"
+        wait_for(browser, lambda b: text(b, "#ring-list td.collectives").split() == counts)
 
         # a failing call: its exception with the worker's traceback
         assert run.ask("fail") == "failed"
@@ -108,11 +121,44 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, lambda b: b.execute_script(
             "return document.querySelector('#pool-list details').open"), timeout=5)
         assert "fails_on_threes" in text(browser, "#pool-list details pre")
-        # a job's log tail on demand
-        click(browser, "#jobs button")
-        wait_for(browser, lambda b: "master's own output" in text(b, "#log-text"))
+        # a local job's log tail on demand: what it printed
+        answer, job = run.ask("talk").split()
+        assert answer == "talked"
+        wait_for(browser, lambda b: b.execute_script(  # its row, once it shows it ended
+            "const row = Array.from(document.querySelectorAll('#jobs tr')).find("
+            "(r) => r.cells[0].textContent === arguments[0]); "
+            "return row !== undefined && row.cells[4].textContent === 'exited'", job))
+        browser.execute_script(
+            "Array.from(document.querySelectorAll('#jobs tr')).find("
+            "(row) => row.cells[0].textContent === arguments[0]).querySelector('button').click()", job)
+        wait_for(browser, lambda b: "line 299 of a job" in text(b, "#log-text"))
+        assert text(browser, "#log-job") == job
+        assert text(browser, "#log-text").splitlines() == [
+            f"line {i} of a job" for i in range(100, 300)]
         screenshot(browser, "dashboard-failures.png")
     finally:
         assert run.close() == 0, "".join(run.stderr)
     # the run is over: the page says so instead of going blank
     wait_for(browser, lambda b: "run ended" in text(b, "#status"), timeout=10)
+
+
+def test_page_polls_where_its_stream_is_not_relayed(browser):
+    """Behind ``fiberlite run``'s relay to a pod (which cannot pass a stream on) the
+    page asks for its data instead, and still follows the run."""
+    import urllib.request
+
+    from fiberlite.cli.page_forward import PageForward
+
+    def fetch(path: str) -> tuple[int, str, bytes]:
+        with urllib.request.urlopen(run.url + path.lstrip("/"), timeout=10) as reply:
+            return reply.status, reply.headers["Content-Type"], reply.read()
+    run = LiveRun()
+    door = PageForward(fetch)
+    try:
+        browser.get(door.url)
+        wait_for(browser, lambda b: "Pool-1" in text(b, "#pool-list"))
+        assert run.ask("put") == "put"
+        wait_for(browser, lambda b: text(b, "#queues tbody td:nth-child(2)") == "1", timeout=10)
+    finally:
+        door.close()
+        assert run.close() == 0, "".join(run.stderr)

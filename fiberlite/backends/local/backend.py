@@ -10,11 +10,20 @@ from typing import Iterator
 
 import psutil
 
+from ... import config
 from ...errors import BackendError
 from ..base import SECRETS_FD_ENV, Backend, Job, JobSpec, JobState, encode_secrets
+from .output import OutputTail, copier
 
 
 BOOTSTRAP_MODULE = "fiberlite.runtime.bootstrap"  # in the command line of every job
+DRAIN = 0.5  # seconds an ended job's output may take to be copied (what it forked may hold it)
+
+
+class JobProcess(subprocess.Popen):
+    """A local job's process; ``tail`` is the end of its output when that is kept."""
+
+    tail: OutputTail | None = None
 
 
 def _is_job(process: psutil.Process) -> bool:
@@ -32,9 +41,15 @@ class LocalBackend(Backend):
 
     def create_job(self, spec: JobSpec) -> Job:
         """Start the process; its secret environment travels on a pipe, so that it is in
-        neither its environment nor /proc/PID/environ."""
+        neither its environment nor /proc/PID/environ. With the ``dashboard`` setting on,
+        its output goes through this process (:mod:`.output`), which keeps its end."""
         env = dict(os.environ)
         env.update(spec.env)
+        try:
+            pipes = _output_pipes(env) if config.get("dashboard") is not None else None
+        except OSError as exc:
+            raise BackendError(f"cannot start local job {spec.name}: no pipes for its output "
+                               f"({exc}); raise the open files limit (ulimit -n)") from None
         command = list(spec.command)
         if command and command[0] == "python":
             command[0] = sys.executable  # the same interpreter as the parent
@@ -42,14 +57,23 @@ class LocalBackend(Backend):
         if secrets is not None:
             env[SECRETS_FD_ENV] = str(secrets)
         try:
-            proc = subprocess.Popen(command, env=env, cwd=spec.cwd or None,
-                                    stdin=subprocess.DEVNULL, close_fds=True,
-                                    pass_fds=() if secrets is None else (secrets,))
+            proc = JobProcess(command, env=env, cwd=spec.cwd or None,
+                              stdin=subprocess.DEVNULL, close_fds=True,
+                              stdout=pipes[0][1] if pipes else None,
+                              stderr=pipes[1][1] if pipes else None,
+                              pass_fds=() if secrets is None else (secrets,))
         except OSError as exc:
+            for read_end, _ in pipes or ():
+                os.close(read_end)
             raise BackendError(f"cannot start local job {spec.name}: {exc}") from None
         finally:
             if secrets is not None:
                 os.close(secrets)
+            for _, write_end in pipes or ():
+                os.close(write_end)
+        if pipes is not None:
+            proc.tail = OutputTail()
+            copier().follow(pipes[0][0], pipes[1][0], proc.tail)
         return Job(self, str(proc.pid), spec, pid=proc.pid, handle=proc)
 
     def status(self, job: Job) -> JobState:
@@ -84,7 +108,16 @@ class LocalBackend(Backend):
                 pass
 
     def logs(self, job: Job) -> str:
-        return ""  # local jobs write straight to the parent's stdout and stderr
+        """The end of the job's output when it is kept (the ``dashboard`` setting is on),
+        else nothing: the job writes straight to this process's stdout and stderr."""
+        tail = getattr(job.handle, "tail", None)
+        return tail.text() if tail is not None else ""
+
+    def cleanup(self, job: Job) -> None:
+        """The job ended: let what it wrote last reach this process's output first."""
+        tail = getattr(job.handle, "tail", None)
+        if tail is not None:
+            tail.wait_closed(DRAIN)
 
     def listen_host(self) -> str:
         return "127.0.0.1"
@@ -109,6 +142,21 @@ class LocalBackend(Backend):
     def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
         from . import runs as local_runs
         return local_runs.stream_logs(job_name, follow)
+
+
+def _output_pipes(env: dict[str, str]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Pipes for a job's stdout and stderr. A job writing to a terminal flushes each
+    line; writing into a pipe it would hold its output back, so it is told not to buffer
+    when this process writes to a terminal."""
+    if os.isatty(1) or os.isatty(2):
+        env.setdefault("PYTHONUNBUFFERED", "1")
+    out = os.pipe()
+    try:
+        return out, os.pipe()
+    except OSError:
+        os.close(out[0])
+        os.close(out[1])
+        raise
 
 
 def _secrets_pipe(secret_env: dict[str, str]) -> int:

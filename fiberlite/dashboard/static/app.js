@@ -1,4 +1,4 @@
-// fiberlite's run page: polls /api/state and redraws; it only reads.
+// fiberlite's run page: follows /api/events (or polls /api/state) and redraws; it only reads.
 "use strict";
 const POLL_MS = 500;
 const openErrors = new Set();  // tracebacks the reader opened
@@ -14,7 +14,8 @@ function el(tag, attrs, ...children) {
 }
 const fmt = {
   num: (x, d = 1) => (x === null || x === undefined) ? "–" : Number(x).toFixed(d),
-  bytes: (b) => b === null || b === undefined ? "–" : b >= 1 << 30 ? (b / (1 << 30)).toFixed(1) + " GiB" : (b / (1 << 20)).toFixed(0) + " MiB",
+  bytes: (b) => b === null || b === undefined ? "–" : b >= 1 << 30 ? (b / (1 << 30)).toFixed(1) + " GiB" : b >= 1 << 20 ? (b / (1 << 20)).toFixed(1) + " MiB" : (b / 1024).toFixed(1) + " KiB",
+  rate: (b) => b === null || b === undefined ? "–" : b >= 1 << 20 ? (b / (1 << 20)).toFixed(1) + " MiB/s" : (b / 1024).toFixed(1) + " KiB/s",
   secs: (s) => s === null || s === undefined ? "–" : s < 90 ? s.toFixed(1) + " s" : (s / 60).toFixed(1) + " min",
 };
 
@@ -50,8 +51,12 @@ function drawPool(pool) {
 }
 
 function drawRing(ring) {
-  return el("div", {}, el("h3", {}, `${ring.name} `, el("span", { class: "muted" }, `world size ${ring.world_size}, ${ring.joined} joined`)),
-    el("table", {}, el("tbody", {}, ...ring.members.map((m) => el("tr", {}, el("td", {}, `rank ${m.rank}`), el("td", {}, m.job), el("td", {}, m.host ?? "–"), el("td", {}, m.exitcode ?? "running"))))));
+  const head = ["rank", "job", "host", "state", "collectives", "collectives /s", "data /s", "data"];
+  return el("div", { class: "ring" }, el("h3", {}, `${ring.name} `, el("span", { class: "muted" }, `world size ${ring.world_size}, ${ring.joined} joined`)),
+    el("table", {}, el("thead", {}, el("tr", {}, ...head.map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...ring.members.map((m) => el("tr", { "data-rank": m.rank }, el("td", {}, `rank ${m.rank}`), el("td", {}, m.job), el("td", {}, m.host ?? "–"),
+        el("td", {}, m.exitcode ?? (m.joined ? "running" : "starting")), el("td", { class: "collectives" }, m.collectives ?? "–"),
+        el("td", { class: "collective-rate" }, fmt.num(m.collectives_per_s)), el("td", {}, fmt.rate(m.bytes_per_s)), el("td", { class: "bytes" }, fmt.bytes(m.bytes)))))));
 }
 
 function drawChart(id, series) {
@@ -73,10 +78,20 @@ async function showLog(job) {
   document.getElementById("log-text").textContent = answer.text ?? answer.error;
 }
 
+// the charts' history: sent whole, or as the points added since the last update
+let charts = { tasks_per_second: [], cpu: {} };
+function addPoints(points, history) {
+  const keep = (series, more) => series.concat(more).slice(-history);
+  charts.tasks_per_second = keep(charts.tasks_per_second, points.tasks_per_second);
+  // a job's series goes on while it runs: one not in the points has ended
+  charts.cpu = Object.fromEntries(Object.entries(points.cpu).map(([name, more]) => [name, keep(charts.cpu[name] || [], more)]));
+}
+
 function draw(s) {
+  if (s.charts) charts = s.charts; else if (s.points) addPoints(s.points, s.history);
   document.getElementById("run").textContent = `${s.run} (${s.backend})`;
-  drawChart("chart-tasks", [{ color: COLORS[0], points: s.charts.tasks_per_second }]);
-  const cpu = Object.entries(s.charts.cpu).map(([name, points], i) => ({ name, points, color: COLORS[i % COLORS.length] }));
+  drawChart("chart-tasks", [{ color: COLORS[0], points: charts.tasks_per_second }]);
+  const cpu = Object.entries(charts.cpu).map(([name, points], i) => ({ name, points, color: COLORS[i % COLORS.length] }));
   drawChart("chart-cpu", cpu);
   document.getElementById("cpu-legend").replaceChildren(...cpu.map((c) => el("span", { style: `color:${c.color}` }, "■ " + c.name)));
   document.getElementById("pool-list").replaceChildren(...(s.pools.length ? s.pools.map(drawPool) : [el("p", { class: "muted" }, "none")]));
@@ -97,4 +112,16 @@ async function poll() {
   }
   setTimeout(poll, POLL_MS);
 }
-poll();
+
+// The master pushes the page's data each time it changes; where the stream cannot come
+// through (a relay that waits for whole answers), the page asks for it every POLL_MS.
+function follow() {
+  const events = new EventSource("api/events");
+  let streamed = false;
+  events.onmessage = (message) => { streamed = true; draw(JSON.parse(message.data)); };
+  events.onerror = () => {
+    if (!streamed) { events.close(); poll(); return; }
+    document.getElementById("status").textContent = "run ended or unreachable";
+  };
+}
+follow();
