@@ -108,13 +108,19 @@ class Core:
                         return
                     cond.wait()
                 batch, self._deliveries = self._deliveries, []
+            counts: dict | None = {} if observe.watchers else None
             for values, entries in batch:
-                self._apply(values, entries)
+                self._apply(values, entries, counts)
+            if counts:  # a watcher hears once per call and batch of results, not per chunk
+                for sink, count in counts.values():
+                    observe.notice("tasks", sink, count, None)
             # nothing of the results just delivered is kept while waiting for the next
-            batch = values = entries = None
+            batch = values = entries = counts = None
 
     @staticmethod
-    def _apply(values: Any, entries: list) -> None:
+    def _apply(values: Any, entries: list, counts: dict | None = None) -> None:
+        """Hand results to their sinks; ``counts`` (when the run is watched) gathers the
+        tasks done per sink, ``id(sink) -> (sink, count)``; an error is told at once."""
         loaded: Any = None
         error: BaseException | None = None
         if values is not None:
@@ -135,8 +141,13 @@ class Core:
             except Exception:  # a sink must never stop the result thread
                 import traceback
                 traceback.print_exc()
-            if observe.watchers:
-                observe.notice("tasks", sink, count, None if ok else value)
+            if counts is None:
+                continue
+            if ok:
+                known = counts.get(id(sink))
+                counts[id(sink)] = (sink, count + (known[1] if known else 0))
+            else:
+                observe.notice("tasks", sink, count, value)
 
     def _stop_results(self, wait: bool) -> None:
         with self._results_cond:
