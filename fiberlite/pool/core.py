@@ -69,8 +69,8 @@ class Core:
             self.relay_ref = get_hub().register(self.relay)
             self._hids = itertools.count(1)
         check_room(DESCRIPTORS_PER_JOB * math.ceil(processes / self.per_job), f"Pool({processes})")
-        try:
-            self._start_jobs(processes)
+        try:  # the first round here, so that an error is raised by Pool(); the supervisor
+            self._start_jobs(min(processes, self._round()))  # starts the rest as it runs
         except BaseException:
             self.terminate()
             raise
@@ -81,6 +81,8 @@ class Core:
         self._result_thread.start()
         self._supervisor.start()
         _cores.add(self)
+        if self.dispatcher.staying() < processes:
+            self.wake()
 
     # -- results ---------------------------------------------------------------------------
     def register_result(self, sink: Any) -> int:
@@ -212,6 +214,10 @@ class Core:
             return list(self.procs.values())
         return [HostedWorker(pid) for pid in self.relay.pids(timeout=PIDS_TIMEOUT)]
 
+    def _round(self) -> int:
+        """Workers whose jobs are created in one round: ``START_CONCURRENCY`` jobs."""
+        return self.per_job * START_CONCURRENCY
+
     def _start_jobs(self, workers: int) -> None:
         """Start jobs for ``workers`` more workers, up to ``START_CONCURRENCY`` at a time
         (a cluster's API answers each creation in its own time); the first error is raised."""
@@ -326,6 +332,8 @@ class Core:
                 return
 
     def _replace(self) -> None:
+        """Start the workers the pool lacks, a round at a time: the lock is let go between
+        rounds, so that ``terminate()`` does not wait for hundreds of pods to be created."""
         self._retry_delay = 0.0
         dispatcher = self.dispatcher
         while dispatcher.staying() < self._wanted() and dispatcher.needs_workers():
@@ -333,7 +341,7 @@ class Core:
                 if self.state == TERMINATE:
                     return
                 try:
-                    self._start_jobs(self._wanted() - dispatcher.staying())
+                    self._start_jobs(min(self._wanted() - dispatcher.staying(), self._round()))
                 except Exception as exc:
                     self.dispatcher.start_failed(f"could not be created: {exc}")
                     self._retry_delay = 1.0  # try again later

@@ -335,6 +335,50 @@ def test_pool_maps_on_the_pods_with_room_and_takes_the_others_as_they_start(kube
         assert {pod_name(process) for process in core.procs.values()}.isdisjoint(first_pods)
 
 
+def pid_after(delay):
+    time.sleep(delay)
+    return os.getpid()
+
+
+def test_a_pool_of_many_pods_maps_while_its_later_pods_are_created(kube, monkeypatch):
+    """Pool() returns once its first round of pods is created: here the API server holds
+    every creation after the second until told, and the map runs meanwhile on the two
+    pods there are; the others join once created."""
+    from fiberlite.pool import core as pool_core
+    monkeypatch.setattr(pool_core, "START_CONCURRENCY", 2)
+    fiberlite.init(cpu=2)
+    api, created, go_on = kube.server.api, [], threading.Event()
+    handle = api.handle
+
+    def held_creations(req):
+        if req.method == "POST" and req.path.endswith("/pods"):
+            created.append(req.path)
+            if len(created) > 2:
+                assert go_on.wait(60), "the creation was never let go on"
+        return handle(req)
+
+    monkeypatch.setattr(api, "handle", held_creations)
+    with kube.ctx.Pool(10) as pool:  # five pods of two workers
+        core = pool._core
+        eventually(lambda: len(created) == 4, what="the second round of creations")
+        results = pool.map(square_in_pod, range(40), 1)
+        assert [value for value, _ in results] == [x * x for x in range(40)]
+        assert len({job for _, job in results}) <= 2  # the pods held are not there yet
+        assert len(created) == 4  # a round at a time: the fifth waits for the second round
+        go_on.set()
+        eventually(lambda: len(created) == 5 and len(core.procs) == 5, what="the later pods")
+        pods = {pod_name(process) for process in core.procs.values()}
+        seen: set[int] = set()
+
+        def every_worker_ran() -> bool:
+            seen.update(pool.map(pid_after, [0.05] * 10, 1))
+            return len(seen) == 10
+
+        eventually(every_worker_ran, what="every worker running a task")
+        assert core.dispatcher.start_failures == 0
+    eventually(lambda: all(kube.server.pod(name) is None for name in pods), what="the pods deleted")
+
+
 def test_shrinking_a_pool_deletes_its_pods_that_never_started(kube):
     kube.server.capacity(1)
     with kube.ctx.Pool(3) as pool:  # one worker a pod

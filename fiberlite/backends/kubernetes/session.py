@@ -312,9 +312,10 @@ class Session:
 
     def cleanup(self, job: PodJob) -> None:
         """Copy the finished pod's log to stdout, then delete the pod."""
-        if job.cleaned:
-            return
-        job.cleaned = True
+        with self.cond:
+            if job.cleaned:
+                return
+            job.cleaned = True
         if not job.deleted and job.outcome is not None and job.outcome.started:
             try:
                 job.logs = self.api.read_namespaced_pod_log(job.name, self.namespace,
@@ -367,8 +368,11 @@ class Session:
             left = [j for j in self.jobs.values() if j.outcome is None]
             for job in left:
                 job.requested = job.requested or signal.SIGKILL
+            ended = [j for j in self.jobs.values() if j.outcome is not None and not j.cleaned]
         for job in left:
             self._delete(job.name, 0)
+        for job in ended:  # ended pods not cleaned up yet: their logs, then the pods go
+            self.cleanup(job)
         with self.cond:
             for job in left:
                 if job.outcome is None:
