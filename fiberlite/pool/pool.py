@@ -131,8 +131,12 @@ class Pool:
         raise NotImplementedError("pool objects cannot be passed between processes or pickled")
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__module__}.{type(self).__qualname__} state={self._state} "
-                f"pool_size={len(self._pool)}>")
+        """State and size without waiting for workers still starting; a pool terminated
+        by the exit hook (its core ended) says so."""
+        core = self._core
+        state = TERMINATE if core is not None and core.state == TERMINATE else self._state
+        size = core.processes if core is not None and state != TERMINATE else 0
+        return f"<{type(self).__module__}.{type(self).__qualname__} state={state} pool_size={size}>"
 
     def __enter__(self) -> "Pool":
         self._check_running()

@@ -382,6 +382,21 @@ def test_module_level_pool_and_repr():
     assert "state=TERMINATE" in repr(pool)
 
 
+def test_repr_of_a_pool_ended_by_the_exit_hook():
+    """The exit stage that terminates open pools acts on their cores: the facade's repr
+    follows them, and never waits for workers."""
+    from fiberlite.pool import core as pool_core
+    pool = fiberlite.Pool(2)
+    try:
+        assert pool.apply(add, (1, 2)) == 3
+        assert re.search(r"state=RUN pool_size=2>$", repr(pool))
+        pool_core._terminate_all()
+        assert re.search(r"state=TERMINATE pool_size=0>$", repr(pool))
+    finally:
+        pool.terminate()
+        pool.join()
+
+
 def test_imap_results_read_after_close_and_join():
     """close(); join(); then read: the read-ahead window does not apply to a closed pool."""
     pool = Pool(2)
