@@ -40,7 +40,7 @@ import numpy as np
 
 from ..wire import auth
 from ..wire.binding import bind_host
-from ..wire.gate import Gate
+from ..wire.gate import Check, Gate
 
 log = logging.getLogger(__name__)
 
@@ -196,28 +196,14 @@ class _Transfers:
         self._thread.join(timeout)
 
 
-class _Visitor:
-    """A connection being checked; :meth:`cut` (the gate's) ends it from any thread until
-    its check is over."""
+class _Visitor(Check):
+    """A connection being checked (cut off by the gate until its check is over)."""
 
-    __slots__ = ("sock", "_lock", "_over")
+    __slots__ = ("sock",)
 
     def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock.fileno)
         self.sock = sock
-        self._lock = threading.Lock()
-        self._over = False
-
-    def cut(self) -> None:
-        with self._lock:
-            if not self._over:
-                try:
-                    self.sock.shutdown(socket.SHUT_RDWR)   # wakes the checking thread
-                except OSError:
-                    pass
-
-    def over(self) -> None:
-        with self._lock:
-            self._over = True
 
 
 class NeighbourLink:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 import threading
 import time
 from typing import Callable, Hashable
@@ -123,3 +124,33 @@ class Gate:
                 self.closed_late += 1
             log.info("%s: a connection did not authenticate within %g s; closed", self.where, self.timeout)
             oldest.close()
+
+
+class Check:
+    """A connection under check on a thread of its own: :meth:`cut` (the close given to
+    :meth:`Gate.admit`) shuts it down from any thread, which wakes the checking thread,
+    until that thread says the check is :meth:`over` (then it owns the descriptor alone)."""
+
+    __slots__ = ("fileno", "_lock", "_over")
+
+    def __init__(self, fileno: Callable[[], int]) -> None:
+        self.fileno = fileno
+        self._lock = threading.Lock()
+        self._over = False
+
+    def cut(self) -> None:
+        with self._lock:
+            fd = self.fileno()
+            if self._over or fd < 0:   # (closed by its owner meanwhile)
+                return
+            sock = socket.socket(fileno=fd)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                sock.detach()
+
+    def over(self) -> None:
+        with self._lock:
+            self._over = True

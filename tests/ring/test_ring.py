@@ -514,21 +514,27 @@ def test_link_moves_bytes_in_order_whatever_the_cut():
         b.close()
 
 
-def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
-    b = NeighbourLink("127.0.0.1")
-    intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
-    intruder.settimeout(20)
-    a = NeighbourLink("127.0.0.1")
-    errors = []
+def _connect_both(a: NeighbourLink, b: NeighbourLink, seconds: float) -> tuple[list, list]:
+    """Connect ``a`` (rank 0) and ``b`` (rank 1) on two threads: (the threads, errors)."""
+    errors: list = []
 
     def connect(link, rank, other):
         try:
-            link.connect(rank, 2, other.address, KEY, time.monotonic() + 20)
+            link.connect(rank, 2, other.address, KEY, time.monotonic() + seconds)
         except BaseException as exc:
             errors.append(exc)
     threads = [threading.Thread(target=connect, args=(a, 0, b)), threading.Thread(target=connect, args=(b, 1, a))]
     for t in threads:
         t.start()
+    return threads, errors
+
+
+def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
+    b = NeighbourLink("127.0.0.1")
+    intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
+    intruder.settimeout(20)
+    a = NeighbourLink("127.0.0.1")
+    threads, errors = _connect_both(a, b, 20)
     try:
         # the intruder is first in b's queue: it gets a challenge, fails the proof, is closed
         nonce, challenge = say_hello(intruder)
@@ -557,25 +563,11 @@ def test_link_connects_the_neighbour_while_another_connection_stays_silent(monke
     b = NeighbourLink("127.0.0.1")
     silent = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
     a = NeighbourLink("127.0.0.1")
-    errors: list = []
-    done = threading.Event()
-
-    def connect_both() -> None:
-        def connect(link, rank, other):
-            try:
-                link.connect(rank, 2, other.address, KEY, time.monotonic() + 600)
-            except BaseException as exc:
-                errors.append(exc)
-        threads = [threading.Thread(target=connect, args=(a, 0, b)),
-                   threading.Thread(target=connect, args=(b, 1, a))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        done.set()
-    threading.Thread(target=connect_both, daemon=True).start()
+    threads, errors = _connect_both(a, b, 600)
     try:
-        assert done.wait(60), "the silent connection held up the ring link"
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "the silent connection held up the ring link"
         assert not errors, errors
         b.wait_sent(b.send(np.arange(3)), time.monotonic() + 20)
         got = np.empty(3, np.int64)
@@ -596,24 +588,13 @@ def test_link_connects_the_neighbour_through_a_flood_of_silent_connections(monke
     port = int(b.address.rsplit(":", 1)[1])
     flood = []
     a = NeighbourLink("127.0.0.1")
-    joining = []
     try:
         for _ in range(300):
             s = socket.socket()
             s.setblocking(False)
             s.connect_ex(("127.0.0.1", port))
             flood.append(s)
-        errors: list = []
-
-        def connect(link, rank, other):
-            try:
-                link.connect(rank, 2, other.address, KEY, time.monotonic() + 60)
-            except BaseException as exc:
-                errors.append(exc)
-        joining = [threading.Thread(target=connect, args=(a, 0, b)),
-                   threading.Thread(target=connect, args=(b, 1, a))]
-        for t in joining:
-            t.start()
+        joining, errors = _connect_both(a, b, 60)
         for t in joining:
             t.join(90)
         assert not errors, errors
