@@ -362,6 +362,9 @@ class Doorman:
             self.gate.admit(visitor, lambda v=visitor: self._cut_off(v))
             while self._cut:   # the one it made room for is closed before the next comes
                 self._drop(self._cut.popleft())
+            # a client sends its HELLO as soon as it is connected: read it now, so that it
+            # counts as started before the connections accepted after it make room
+            self._read(visitor)
 
     def _cut_off(self, visitor: _Visitor) -> None:
         """(the gate's, any thread) End ``visitor``: the door's thread does it."""

@@ -1,13 +1,14 @@
 """A peer without the run's key costs a listening process bounded memory and descriptors.
 
 The victim is a script mapping on a ``Pool(2)`` (local backend). With raw sockets the
-test opens thousands of silent connections to its hub and, on a few more, does nng's
+test opens thousands of silent connections to its hub (and goes on opening more) and, on a few more, does nng's
 own greeting and announces a message of 1 GiB that it then streams. Meanwhile the
 victim maps (the results must be exact) and starts a new job, which must connect. The
 victim's memory and descriptors are watched from outside (psutil).
 """
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import struct
@@ -96,6 +97,17 @@ def silent_flood(address: str, count: int) -> list[socket.socket]:
     return opened
 
 
+def keep_flooding(address: str, stop: threading.Event, opened: collections.deque, count: list[int]) -> None:
+    """New silent connections, a hundred at a time, until ``stop`` (this side keeps the
+    last ``SILENT`` open)."""
+    while not stop.is_set():
+        opened.extend(silent_flood(address, 100))
+        count[0] += 100
+        while len(opened) > SILENT:
+            opened.popleft().close()
+        time.sleep(0.01)   # (pacing the attacker: two cores are shared with the victim)
+
+
 def announce_huge(address: str, sent: list[int]) -> None:
     """nng's greeting as a REQ peer, a 1 GiB message announced, and its bytes streamed
     until the connection ends or ``STREAMED`` went out."""
@@ -116,7 +128,9 @@ def test_a_flood_without_the_key_costs_bounded_memory_and_descriptors(tmp_path):
     env = dict(os.environ, FIBERLITE_BACKEND="local", FIBERLITE_AUTH_PENDING_LIMIT=str(LIMIT))
     victim = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env)
-    flood: list[socket.socket] = []
+    flood: collections.deque[socket.socket] = collections.deque()
+    stop = threading.Event()
+    flooding = threading.Thread()
     try:
         address = victim.stdout.readline().strip()
         assert address.startswith("tcp://"), address
@@ -125,22 +139,34 @@ def test_a_flood_without_the_key_costs_bounded_memory_and_descriptors(tmp_path):
         senders = [threading.Thread(target=announce_huge, args=(address, s), daemon=True) for s in sent]
         for t in senders:
             t.start()
-        flood = silent_flood(address, SILENT)
+        flood.extend(silent_flood(address, SILENT))
+        opened = [SILENT]
+        flooding = threading.Thread(target=keep_flooding, args=(address, stop, flood, opened), daemon=True)
+        flooding.start()   # the flood goes on while the victim maps and starts a job
         victim.stdin.write("go\n")
         victim.stdin.flush()
         report = victim.stdout.readline().split()
+        stop.set()
+        flooding.join(30)
         for t in senders:
             t.join(60)
         fds_now = watch.proc.num_fds()
         watch.stop()
         assert report == ["mapped", "True", "connected", "0"], report
         grown = watch.max_rss - watch.rss
+        print(f"{opened[0]} silent connections; victim: RSS +{grown / MiB:.1f} MiB at most, descriptors +{watch.max_fds - watch.fds} "
+              f"at most, +{fds_now - watch.fds} with the flood open; streamed before being cut off: "
+              f"{max(s[0] for s in sent) / MiB:.0f} MiB")
         assert grown < MEMORY_BOUND, f"RSS grew by {grown / MiB:.0f} MiB"
         assert max(s[0] for s in sent) < STREAMED, "a peer without the key streamed its whole message"
         assert fds_now - watch.fds <= LIMIT, f"{fds_now - watch.fds} more descriptors with the flood open"
         assert watch.max_fds - watch.fds <= LIMIT + JOB_DESCRIPTORS, \
             f"descriptors grew by {watch.max_fds - watch.fds}"
+        assert opened[0] > SILENT
     finally:
+        stop.set()
+        if flooding.is_alive():
+            flooding.join(30)
         for s in flood:
             s.close()
         try:
