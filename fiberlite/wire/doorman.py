@@ -244,6 +244,7 @@ class Doorman:
         self._closed = False
         self._running = False
         self._shut_down = False
+        self._paused = False   # not taking connections: every waiting one is under way
         self._thread: threading.Thread | None = None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -313,6 +314,8 @@ class Doorman:
                     return
                 due = [t for t in (until, self._next_handover()) if t is not None]
                 wait = max(0.0, min(due) - now) if due else None
+                if self._paused and self.gate.has_room():
+                    self._pause(False)
                 for key, _ in self._selector.select(wait):
                     if key.data is None:
                         self._accept()
@@ -349,6 +352,9 @@ class Doorman:
     # -- connections not proved yet ----------------------------------------------------------
     def _accept(self) -> None:
         for _ in range(ACCEPTS_PER_TURN):
+            if not self.gate.has_room():   # every waiting peer is under way: the others wait
+                self._pause(True)          # in the kernel's queue until one is done
+                return
             try:
                 sock, _ = self._listening.accept()
             except (BlockingIOError, InterruptedError):
@@ -365,6 +371,15 @@ class Doorman:
             # a client sends its HELLO as soon as it is connected: read it now, so that it
             # counts as started before the connections accepted after it make room
             self._read(visitor)
+
+    def _pause(self, paused: bool) -> None:
+        """Stop (or resume) taking connections from the listening socket."""
+        if paused != self._paused and self._listening is not None:
+            self._paused = paused
+            if paused:
+                self._selector.unregister(self._listening)
+            else:
+                self._selector.register(self._listening, selectors.EVENT_READ, None)
 
     def _cut_off(self, visitor: _Visitor) -> None:
         """(the gate's, any thread) End ``visitor``: the door's thread does it."""

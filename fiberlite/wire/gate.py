@@ -91,6 +91,12 @@ class Gate:
 
     forget = passed  # the connection ended before it proved the key
 
+    def has_room(self) -> bool:
+        """Whether one more connection can be admitted without cutting off one that has
+        started the handshake (one that has sent nothing may be cut off for it)."""
+        with self._cond:
+            return len(self._waiting) < self.limit or not all(w.started for w in self._waiting.values())
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._waiting)

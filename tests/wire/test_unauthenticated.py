@@ -176,3 +176,38 @@ def test_a_flood_without_the_key_costs_bounded_memory_and_descriptors(tmp_path):
             pass
         victim.wait(60)
     assert victim.returncode == 0
+
+
+def test_more_clients_at_once_than_the_bound_all_get_in():
+    """Peers under way are not cut off to make room for newer ones: those wait in the
+    kernel's queue until one is done."""
+    import secrets
+    import fiberlite
+    from fiberlite import config
+    from fiberlite.wire.client import Client
+    from fiberlite.wire.server import Server
+
+    key = secrets.token_bytes(32)
+    before = config.get("auth_pending_limit")
+    fiberlite.init(auth_pending_limit=2)
+    server = Server(key, "127.0.0.1", lambda request, message: request.reply(message),
+                    lambda peer: None, lambda fn: fn())
+    outcomes: list = []
+
+    def connect(i: int) -> None:
+        try:
+            client = Client(server.address, key)
+            outcomes.append(client.request(i))
+            client.close()
+        except BaseException as exc:
+            outcomes.append(exc)
+    try:
+        threads = [threading.Thread(target=connect, args=(i,)) for i in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(outcomes, key=repr) == sorted([(True, i) for i in range(40)], key=repr)
+    finally:
+        server.close()
+        fiberlite.init(auth_pending_limit=before)
