@@ -142,36 +142,7 @@ def dial(sock: pynng.Socket, guard: CallGuard, address: str, key: bytes, timeout
     Raises ``ConnectionRefusedError``, :class:`~fiberlite.errors.AuthenticationError` or
     ``ConnectionError``."""
     deadline = time.monotonic() + timeout
-    try:
-        raw = _connect(address, timeout)
-    except ConnectionRefusedError:
-        raise ConnectionRefusedError(
-            f"nothing listens at {address} (has the job that owns it exited?)") from None
-    except OSError as exc:
-        raise ConnectionError(f"cannot connect to {address}: {exc}") from None
-    try:
-        raw.settimeout(max(0.001, deadline - time.monotonic()))
-        steps = iter((lambda: _read_step(raw, CHALLENGE_SIZE),
-                      # the listener closes the connection of a peer whose proof failed
-                      lambda: _read_step(raw, len(auth.WELCOME), b"")))
-        auth.prove(key, raw.sendall, lambda: next(steps)(), address)
-        # the listening side's nng greets as soon as it owns the connection: until then
-        # the connection may still be closed without nng ever having seen it
-        raw.settimeout(max(0.001, deadline - time.monotonic()))
-        greeting = raw.recv(SP_HEADER_SIZE, socket.MSG_PEEK | socket.MSG_WAITALL)
-        if not greeting.startswith(SP_HEADER):
-            raise ConnectionError("the connection ended before it was handed over")
-        raw.settimeout(None)
-    except (AuthenticationError, ValueError):
-        raw.close()
-        raise
-    except (OSError, ConnectionError) as exc:
-        raw.close()
-        raise ConnectionError(f"connection to {address} failed during the handshake: "
-                              f"{exc or type(exc).__name__}") from None
-    except BaseException:
-        raw.close()
-        raise
+    raw = _proved(address, key, deadline)
     arrived: list[pynng.Pipe] = []
     ready = threading.Event()
 
@@ -186,13 +157,73 @@ def dial(sock: pynng.Socket, guard: CallGuard, address: str, key: bytes, timeout
     return arrived[0]
 
 
+class _CutOff(ConnectionError):
+    """The door closed the connection before it answered the HELLO (it was full)."""
+
+
+def _proved(address: str, key: bytes, deadline: float) -> socket.socket:
+    """A plain connection to ``address`` on which both sides proved the key, the
+    listening side's nng greeting waiting in it. A connection the door cut off before
+    it answered (it makes room for newer ones among those that have not spoken yet) is
+    made again until ``deadline``."""
+    attempt = 0
+    while True:
+        try:
+            raw = _connect(address, max(0.001, deadline - time.monotonic()))
+        except ConnectionRefusedError:
+            raise ConnectionRefusedError(
+                f"nothing listens at {address} (has the job that owns it exited?)") from None
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {address}: {exc}") from None
+        try:
+            _prove_on(raw, key, address, deadline)
+            return raw
+        except _CutOff:
+            raw.close()
+            attempt += 1
+            if time.monotonic() + 0.01 * attempt >= deadline:
+                raise ConnectionError(f"connection to {address} was closed before its handshake "
+                                      f"(the listener is flooded with connections?)") from None
+            time.sleep(0.01 * attempt)   # back off: the door is full
+        except (AuthenticationError, ValueError):
+            raw.close()
+            raise
+        except (OSError, ConnectionError) as exc:
+            raw.close()
+            raise ConnectionError(f"connection to {address} failed during the handshake: "
+                                  f"{exc or type(exc).__name__}") from None
+        except BaseException:
+            raw.close()
+            raise
+
+
+def _prove_on(raw: socket.socket, key: bytes, address: str, deadline: float) -> None:
+    raw.settimeout(max(0.001, deadline - time.monotonic()))
+    steps = iter((lambda: _read_step(raw, CHALLENGE_SIZE),
+                  # the listener closes the connection of a peer whose proof failed
+                  lambda: _read_step(raw, len(auth.WELCOME), b"")))
+    auth.prove(key, raw.sendall, lambda: next(steps)(), address)
+    # the listening side's nng greets as soon as it owns the connection: until then
+    # the connection may still be closed without nng ever having seen it
+    raw.settimeout(max(0.001, deadline - time.monotonic()))
+    greeting = raw.recv(SP_HEADER_SIZE, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if not greeting.startswith(SP_HEADER):
+        raise ConnectionError("the connection ended before it was handed over")
+    raw.settimeout(None)
+
+
 def _read_step(sock: socket.socket, size: int, ended: bytes | None = None) -> bytes:
     """The listening side's next handshake step, ``size`` bytes; ``ended`` if it closes
-    the connection instead (None: raise ``ConnectionError``)."""
+    the connection instead (None: it was cut off before it answered)."""
     data = bytearray()
     while len(data) < size:
-        chunk = sock.recv(size - len(data))
+        try:
+            chunk = sock.recv(size - len(data))
+        except ConnectionResetError:
+            chunk = b""
         if not chunk:
+            if ended is None and not data:
+                raise _CutOff("the connection was closed before the handshake")
             if ended is None:
                 raise ConnectionError("the connection ended")
             return ended
@@ -245,6 +276,7 @@ class Doorman:
         self._running = False
         self._shut_down = False
         self._paused = False   # not taking connections: every waiting one is under way
+        self.failed = 0        # connections that failed the handshake
         self._thread: threading.Thread | None = None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -406,7 +438,9 @@ class Doorman:
         sock.close()
 
     def _fail(self, visitor: _Visitor, why: str) -> None:
-        log.warning("%s: closed a connection that %s", self.where, why)
+        self.failed += 1
+        level = logging.WARNING if self.failed in (1, 100, 10_000) else logging.DEBUG
+        log.log(level, "%s: closed a connection that %s (%d so far)", self.where, why, self.failed)
         self._drop(visitor)
         if self._on_failed is not None:
             self._on_failed(why)

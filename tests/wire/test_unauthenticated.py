@@ -32,6 +32,7 @@ ANNOUNCED = 1 << 30    # the size they announce
 STREAMED = 128 * MiB   # what each of them tries to send
 MEMORY_BOUND = 64 * MiB
 JOB_DESCRIPTORS = 16   # what a job the victim starts during the flood may hold meanwhile
+SETTLING = 4           # the victim's own descriptors still closing after the job ended
 
 VICTIM = textwrap.dedent("""
     import sys
@@ -159,7 +160,8 @@ def test_a_flood_without_the_key_costs_bounded_memory_and_descriptors(tmp_path):
               f"{max(s[0] for s in sent) / MiB:.0f} MiB")
         assert grown < MEMORY_BOUND, f"RSS grew by {grown / MiB:.0f} MiB"
         assert max(s[0] for s in sent) < STREAMED, "a peer without the key streamed its whole message"
-        assert fds_now - watch.fds <= LIMIT, f"{fds_now - watch.fds} more descriptors with the flood open"
+        assert fds_now - watch.fds <= LIMIT + SETTLING, \
+            f"{fds_now - watch.fds} more descriptors with the flood open"
         assert watch.max_fds - watch.fds <= LIMIT + JOB_DESCRIPTORS, \
             f"descriptors grew by {watch.max_fds - watch.fds}"
         assert opened[0] > SILENT
@@ -180,7 +182,8 @@ def test_a_flood_without_the_key_costs_bounded_memory_and_descriptors(tmp_path):
 
 def test_more_clients_at_once_than_the_bound_all_get_in():
     """Peers under way are not cut off to make room for newer ones: those wait in the
-    kernel's queue until one is done."""
+    kernel's queue until one is done (and a client cut off before it said anything,
+    as a silent connection would be, connects again)."""
     import secrets
     import fiberlite
     from fiberlite import config
@@ -207,7 +210,9 @@ def test_more_clients_at_once_than_the_bound_all_get_in():
             t.start()
         for t in threads:
             t.join(60)
-        assert sorted(outcomes, key=repr) == sorted([(True, i) for i in range(40)], key=repr)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        assert not failed, failed
+        assert sorted(outcomes) == [(True, i) for i in range(40)]
     finally:
         server.close()
         fiberlite.init(auth_pending_limit=before)
