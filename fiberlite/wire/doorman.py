@@ -45,6 +45,9 @@ SP_HEADER = b"\x00SP\x00"   # how nng starts every connection (then protocol, re
 SP_HEADER_SIZE = 8
 BACKLOG = 4096              # the kernel caps it (somaxconn)
 ACCEPTS_PER_TURN = 64       # connections accepted before the others are read again
+# seconds a proven peer's connection may take to become an nng pipe once adopted (its
+# peer adopts its end after the greeting; one that died meanwhile leaves no other sign)
+HANDOVER_SECONDS = 60.0
 ABSTRACT = "abstract://"
 TCP = "tcp://"
 
@@ -270,7 +273,6 @@ class Doorman:
         self.where = where
         self._on_failed = on_failed
         self.gate = Gate(timeout, limit, where)
-        self._handover = timeout   # seconds an adopted connection may take to become a pipe
         self._lock = threading.Lock()
         self._closed = False
         self._running = False
@@ -503,7 +505,7 @@ class Doorman:
             lid = lib.nng_listener_id(listener)
             with self._lock:
                 if lid not in self._live:   # (its pipe may be up already)
-                    self._handing[lid] = time.monotonic() + self._handover
+                    self._handing[lid] = time.monotonic() + HANDOVER_SECONDS
 
     @staticmethod
     def _send(visitor: _Visitor, data: bytes) -> bool:

@@ -216,3 +216,30 @@ def test_more_clients_at_once_than_the_bound_all_get_in():
     finally:
         server.close()
         fiberlite.init(auth_pending_limit=before)
+
+
+def test_a_proven_peer_that_never_hands_over_its_end_is_closed(monkeypatch):
+    """After the handshake the listening side's nng greets and waits for the peer's
+    greeting; a peer that never sends it is closed after ``HANDOVER_SECONDS``."""
+    import secrets
+    from fiberlite.wire import auth, doorman
+    from fiberlite.wire.server import Server
+    from raw_peer import say_hello
+
+    monkeypatch.setattr(doorman, "HANDOVER_SECONDS", 0.5)
+    key = secrets.token_bytes(32)
+    server = Server(key, "127.0.0.1", lambda request, message: None, lambda peer: None, lambda fn: fn())
+    try:
+        with socket.create_connection(tls.host_port(server.address), timeout=20) as s:
+            nonce, challenge = say_hello(s)
+            server_nonce = auth.check_challenge(key, challenge, nonce)
+            s.sendall(auth.proof(key, nonce, server_nonce))
+            got = b""
+            while True:   # WELCOME, nng's greeting, then the end of the connection
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+        assert got.startswith(auth.WELCOME + doorman.SP_HEADER)
+    finally:
+        server.close()
