@@ -286,7 +286,7 @@ class Doorman:
         self._wake_w.setblocking(False)
         self._cut: collections.deque[_Visitor] = collections.deque()
         self._to_close: collections.deque[int] = collections.deque()   # listener ids
-        self._handing: dict[int, tuple[object, float]] = {}   # listener id -> (listener, deadline)
+        self._handing: dict[int, float] = {}    # listener id -> when its pipe is due
         self._piped: dict[int, int] = {}        # pipe id -> the listener that made it
         self._live: set[int] = set()            # listeners whose connection is a pipe
         self.first_pipe: int | None = None      # the id of the first pipe made
