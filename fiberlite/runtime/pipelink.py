@@ -407,6 +407,17 @@ def used_through_hub(ref: ObjectRef, slot: Any) -> None:
         _try_link(ref, slot)
 
 
+def got_through_hub(ref: ObjectRef, slot: Any, reply: Any) -> Any:
+    """What a read of ``slot`` through its hub returns: the item of a ``(ticket, item)``
+    reply, whose receipt is sent first (the hub lends an item to its reader until the
+    receipt comes, and gives it to the next reader if the reader's connection ends before)."""
+    if type(reply) is not tuple:
+        return reply
+    ticket, item = reply
+    ref.cast("received", slot, ticket)
+    return item
+
+
 def _mailbox_ref() -> ObjectRef:
     global _mailbox
     hub = get_hub()
