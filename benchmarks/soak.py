@@ -16,7 +16,8 @@ The loads, each on a thread of the master:
   host jobs (``workers_per_job=2``); the killer SIGKILLs workers and whole hosts.
 - queue: consumer jobs move numbered items from one ``Queue`` to a results queue; the
   killer SIGKILLs consumers (a new one replaces each). An item a consumer had taken
-  from the queue and not yet passed on when it died is counted as lost.
+  from the queue and not yet passed on when it died would be counted as lost (through
+  the hub, its receipt goes with the put that passes it on, so it goes back instead).
 - pipe: an echo job sends back every numbered message it receives on a ``Pipe``.
 - manager: a job appends numbered batches to a managed list; the master checks each.
 """

@@ -201,3 +201,12 @@ def relay_noting(source, results, tag, pause: float, note_path: str, joinable: b
         _relay(source.get, results, tag, pause, source.task_done if joinable else None)
     else:
         _relay(source.recv, results, tag, pause)
+
+
+def pass_one_then_hold_one(q, out) -> None:
+    """Get an item and put it into ``out`` (the receipt goes with that put), then get
+    another and keep it, sending nothing more, until killed."""
+    import time
+    out.put(q.get())
+    q.get()
+    time.sleep(120)

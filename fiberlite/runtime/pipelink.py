@@ -409,12 +409,13 @@ def used_through_hub(ref: ObjectRef, slot: Any) -> None:
 
 def got_through_hub(ref: ObjectRef, slot: Any, reply: Any) -> Any:
     """What a read of ``slot`` through its hub returns: the item of a ``(ticket, item)``
-    reply, whose receipt is sent first (the hub lends an item to its reader until the
-    receipt comes, and gives it to the next reader if the reader's connection ends before)."""
+    reply, whose receipt goes with this process's next request to the hub, or on its own
+    soon after (:meth:`ObjectRef.confirm`). The hub lends the item until the receipt comes,
+    and gives it to the next reader if this process's connection ends before."""
     if type(reply) is not tuple:
         return reply
     ticket, item = reply
-    ref.cast("received", slot, ticket)
+    ref.confirm(slot, ticket)
     return item
 
 

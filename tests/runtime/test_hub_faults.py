@@ -143,3 +143,26 @@ def test_pipe_end_readers_through_the_hub_killed_at_random_lose_only_what_they_h
         counts, killed = _run_round(start, writer_end.send, results, notes)
         _check(counts, killed)
         assert not get_hub().servant(reader_end._ref.oid).inbox[0].lent
+
+
+def test_a_receipt_goes_with_the_next_request_or_on_its_own_soon_after():
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    q.put("first")
+    q.put("second")
+    job = fiberlite.Process(target=link_jobs.pass_one_then_hold_one, args=(q, out))
+    job.start()
+    try:
+        assert out.get(timeout=60) == "first"
+        channel = q._servant.channel
+        # the receipt for "first" came with the put, handled before it
+        assert all("first" not in [p.unpack() for p in lent.values()] for lent in channel.lent.values())
+        # "second" is got, and its receipt leaves on its own: nothing is lent any more
+        deadline = time.monotonic() + 30
+        while (channel.items or channel.lent) and time.monotonic() < deadline:
+            time.sleep(0.01)  # (polling the owner's state, with a deadline)
+        assert not channel.items and not channel.lent
+    finally:
+        job.kill()
+        job.join(30)
+    with pytest.raises(fiberlite.queues.Empty):  # "second" was the killed job's: it stays gone
+        q.get(timeout=0.5)
