@@ -377,8 +377,12 @@ class ObjectRef:
     def confirm(self, slot: Any, ticket: int) -> None:
         """Send the servant (of another process) a receipt for what it lent this process
         with ``ticket`` (``op_received(request, slot, ticket)``): with the next call or cast
-        to that process, or on its own after :data:`RECEIPT_SECONDS`."""
-        client = self.connection()
+        to that process, or on its own after :data:`RECEIPT_SECONDS`. The item was lent to
+        this process's connection: if that has ended, the servant has taken it back already
+        (or is gone), and there is nothing to send."""
+        client = _clients.get(self.address)
+        if client is None or not client.alive:
+            return
         if client.ride((self.oid, slot, ticket)):
             get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: _send_receipts(client))
 
