@@ -28,6 +28,13 @@ from _common import Report, Stats, finish, interleave, parser, progress, sized  
 from bench_queue_latency import STOP, queue_echo  # noqa: E402  (a consumer: get, put into results)
 
 REFERENCE = "mp Queue (spawn)"
+READY = "ready"
+
+
+def consume(items: Any, results: Any) -> None:
+    """Say it is running, then move items from ``items`` to ``results`` until STOP."""
+    results.put(READY)
+    queue_echo(items, results)
 
 
 class Consumers:
@@ -35,9 +42,11 @@ class Consumers:
 
     def __init__(self, ctx: Any, consumers: int) -> None:
         self.items, self.results = ctx.Queue(), ctx.Queue()
-        self.jobs = [ctx.Process(target=queue_echo, args=(self.items, self.results)) for _ in range(consumers)]
+        self.jobs = [ctx.Process(target=consume, args=(self.items, self.results)) for _ in range(consumers)]
         for job in self.jobs:
             job.start()
+        for _ in self.jobs:  # every consumer runs before anything is measured (a consumer alone
+            assert self.results.get(timeout=300) == READY  # would soon read over a link)
 
     def batch(self, count: int) -> tuple[float, float]:
         """Seconds to move ``count`` items through the consumers and back, and the CPU
