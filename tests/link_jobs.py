@@ -182,11 +182,15 @@ def report_links_while_getting(q, out) -> None:
         out.put((item, queue_link_slots(q) == ["get"]))
 
 
+READY = "ready"
+
+
 def relay_noting(source, results, tag, pause: float, note_path: str, joinable: bool = False) -> None:
-    """Move items from the queue or pipe end ``source`` to ``results`` as ``(tag, item)``
-    until None, pausing a random moment after each; each item got through the hub is
-    first written down in the file ``note_path`` (it outlives a SIGKILL), before its
-    receipt is sent: what this job may have got and not passed on."""
+    """Put ``(READY, tag)`` into ``results``, then move items from the queue or pipe end
+    ``source`` to ``results`` as ``(tag, item)`` until None, pausing a random moment after
+    each; each item got through the hub is first written down in the file ``note_path``
+    (it outlives a SIGKILL), before its receipt is sent: what this job may have got and
+    not passed on."""
     import os
     from fiberlite.runtime import pipelink
     note = os.open(note_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -197,6 +201,7 @@ def relay_noting(source, results, tag, pause: float, note_path: str, joinable: b
             os.write(note, b"%r\n" % (reply[1].unpack(),))
         return through_hub(ref, slot, reply)
     pipelink.got_through_hub = noting
+    results.put((READY, tag))
     if hasattr(source, "get"):
         _relay(source.get, results, tag, pause, source.task_done if joinable else None)
     else:

@@ -40,7 +40,7 @@ class Readers:
         self._notes = notes
         self._serial = 0
         self.jobs = [self._new() for _ in range(READERS)]
-        self.killed: list[str] = []  # the notes of the killed readers
+        self.killed: list[str] = []  # the names of the killed readers' notes
 
     def _new(self):
         self._serial += 1
@@ -51,7 +51,7 @@ class Readers:
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(30)
         assert victim.exitcode == -signal.SIGKILL
-        self.killed.append(str(self._notes / f"{victim._fl_serial}.txt"))
+        self.killed.append(f"{victim._fl_serial}.txt")
         self.jobs[self.jobs.index(victim)] = self._new()
 
     def join(self) -> None:
@@ -64,13 +64,19 @@ def _run_round(start, send, results, notes) -> tuple[collections.Counter, list[s
     """Send ``ITEMS`` items to competing readers, kill ``KILLS`` of them at random
     moments, end the survivors; what was reported, and the notes of the killed readers."""
     readers = Readers(start, notes)
+    reports: list = []
+
+    def take(timeout: float) -> None:
+        report = results.get(timeout=timeout)
+        if report[0] != link_jobs.READY:  # (a reader starting)
+            reports.append(report)
+    for _ in range(READERS):  # all compete from the first item: none reads alone, over a link
+        assert results.get(timeout=60)[0] == link_jobs.READY
     for i in range(ITEMS):
         send(i)
-    targets = sorted(random.sample(range(50, ITEMS - 150), KILLS))
-    reports: list = []
-    for target in targets:
+    for target in sorted(random.sample(range(50, ITEMS - 150), KILLS)):
         while len(reports) < target:
-            reports.append(results.get(timeout=30))
+            take(30)
         time.sleep(random.uniform(0, 2 * PAUSE))  # (a random kill moment, not a synchronisation)
         readers.kill_one()
     for _ in readers.jobs:
@@ -78,22 +84,28 @@ def _run_round(start, send, results, notes) -> tuple[collections.Counter, list[s
     readers.join()  # a job's puts have landed once it has exited
     while True:
         try:
-            reports.append(results.get(timeout=0.2))
+            take(0.2)
         except fiberlite.queues.Empty:
             break
     return collections.Counter(item for _, item in reports), readers.killed
 
 
-def _check(counts: collections.Counter, killed: list[str]) -> list:
+def _noted(path) -> list[int]:
+    """The items a reader wrote down, in order."""
+    return [int(line) for line in path.read_text().split() if line != "None"] if path.exists() else []
+
+
+def _check(counts: collections.Counter, killed: list[str], notes) -> list:
     """Nothing twice; lost only what a killed reader had got (the lost items)."""
     duplicated = {item: n for item, n in counts.items() if n > 1}
     assert not duplicated, f"delivered twice: {duplicated}"
     assert set(counts) <= set(range(ITEMS)), "an item never sent"
+    noted = set().union(*(_noted(path) for path in notes.iterdir()))
+    assert set(counts) <= noted, "items read over a link: this test is about reads through the hub"
     lost = sorted(set(range(ITEMS)) - set(counts))
     held = set()  # per killed reader, what it got and did not report: its last item at most
     for path in killed:
-        got = [int(line) for line in open(path).read().split() if line != "None"] \
-            if os.path.exists(path) else []
+        got = _noted(notes / path)
         unreported = [item for item in got if item not in counts]
         assert unreported in ([], got[-1:]), (path, unreported)
         held.update(unreported)
@@ -118,7 +130,7 @@ def test_queue_readers_through_the_hub_killed_at_random_lose_only_what_they_had_
             job.start()
             return job
         counts, killed = _run_round(start, q.put, results, notes)
-        lost = _check(counts, killed)
+        lost = _check(counts, killed, notes)
         servant = q._servant
         assert not servant.channel.items and not servant.channel.lent
         if joinable:  # not marked done: per kill, at most the item the killed reader had got,
@@ -141,7 +153,7 @@ def test_pipe_end_readers_through_the_hub_killed_at_random_lose_only_what_they_h
             job.start()
             return job
         counts, killed = _run_round(start, writer_end.send, results, notes)
-        _check(counts, killed)
+        _check(counts, killed, notes)
         assert not get_hub().servant(reader_end._ref.oid).inbox[0].lent
 
 
