@@ -59,7 +59,7 @@ class QueueServant(LinkingServant):
     def _may_link(self, slot: str, peer: int) -> bool:
         waiting = [w for w in self.channel.getters if not w.done]
         if slot == GET:  # the job is the only one getting
-            return PUT not in self.links and not waiting and not self.channel.held
+            return PUT not in self.links and not waiting and not self.channel.held and not self.channel.lent
         # this process is the only one getting
         return GET not in self.links and all(w.request.peer == LOCAL_PEER for w in waiting)
 
@@ -116,8 +116,9 @@ class QueueServant(LinkingServant):
         for slot, link in self.links_of(peer):
             self._link_lost(slot, link)
         with self._lock:
-            self.channel.drop_peer(peer)
+            actions = self.channel.drop_peer(peer)
             self.joiners = [r for r in self.joiners if r.peer != peer]
+        self.run_actions(actions)
 
 
 class Queue:
@@ -289,7 +290,7 @@ def _get(handle: Any, block: bool, timeout: float | None) -> Payload:
                 raise Empty
             if payload is not None:
                 return payload
-        payload = ref.call("get", block, wait)
+        payload = pipelink.got_through_hub(ref, GET, ref.call("get", block, wait))
         if payload is not pipelink.RETRY:  # (RETRY: a link was made meanwhile)
             break
         if deadline is not None:

@@ -155,24 +155,24 @@ def work_and_mark_done(q, count: int) -> None:
 def relay_queue(q, results, tag, pause: float, joinable: bool = False) -> None:
     """Move items from ``q`` to ``results`` as ``(tag, item)`` until None, pausing a random
     moment after each."""
-    import random
-    import time
-    while True:
-        item = q.get()
-        if item is None:
-            return
-        results.put((tag, item))
-        if joinable:
-            q.task_done()
-        time.sleep(random.uniform(0, pause))
+    _relay(q.get, results, tag, pause, q.task_done if joinable else None)
 
 
 def relay_pipe(conn, results, tag, pause: float) -> None:
     """Move messages from the pipe end ``conn`` to ``results`` as ``(tag, item)``."""
+    _relay(conn.recv, results, tag, pause)
+
+
+def _relay(read, results, tag, pause: float, mark_done=None) -> None:
     import random
     import time
-    for item in iter(conn.recv, None):
+    while True:
+        item = read()
+        if item is None:
+            return
         results.put((tag, item))
+        if mark_done is not None:
+            mark_done()
         time.sleep(random.uniform(0, pause))
 
 
@@ -180,3 +180,38 @@ def report_links_while_getting(q, out) -> None:
     """Get items until None, reporting each with whether this job then had a link."""
     for item in iter(q.get, None):
         out.put((item, queue_link_slots(q) == ["get"]))
+
+
+READY = "ready"
+
+
+def relay_noting(source, results, tag, pause: float, note_path: str, joinable: bool = False) -> None:
+    """Put ``(READY, tag)`` into ``results``, then move items from the queue or pipe end
+    ``source`` to ``results`` as ``(tag, item)`` until None, pausing a random moment after
+    each; each item got through the hub is first written down in the file ``note_path``
+    (it outlives a SIGKILL), before its receipt is sent: what this job may have got and
+    not passed on."""
+    import os
+    from fiberlite.runtime import pipelink
+    note = os.open(note_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    through_hub = pipelink.got_through_hub
+
+    def noting(ref, slot, reply):
+        if type(reply) is tuple:
+            os.write(note, b"%r\n" % (reply[1].unpack(),))
+        return through_hub(ref, slot, reply)
+    pipelink.got_through_hub = noting
+    results.put((READY, tag))
+    if hasattr(source, "get"):
+        _relay(source.get, results, tag, pause, source.task_done if joinable else None)
+    else:
+        _relay(source.recv, results, tag, pause)
+
+
+def pass_one_then_hold_one(q, out) -> None:
+    """Get an item and put it into ``out`` (the receipt goes with that put), then get
+    another and keep it, sending nothing more, until killed."""
+    import time
+    out.put(q.get())
+    q.get()
+    time.sleep(120)

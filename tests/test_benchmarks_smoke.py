@@ -17,6 +17,8 @@ BENCHMARKS = os.path.join(ROOT, "benchmarks")
 EXPECTED = {
     "bench_queue_latency.py": ["pynng Pair0", "pynng Req0/Rep0", "mp Queue (spawn)", "mp Pipe (spawn)",
                                "fiberlite Queue", "fiberlite Pipe"],
+    "bench_queue_compete.py": ["mp Queue (spawn)", "fiberlite Queue", "time per item, 3 consumers",
+                               "CPU time of the queues' owner"],
     "bench_process_start.py": ["start() to first message", "start 4 processes", "mp spawn", "fiberlite",
                                'Popen python -c "import pynng"'],
     "bench_pool.py": ["fiberlite Pool", "mp spawn Pool", "sleep(10 ms)", "sleep(1 ms)", "ideal",

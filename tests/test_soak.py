@@ -1,5 +1,5 @@
 """The soak benchmark's short mode: every load runs, SIGKILLs happen, and nothing is
-duplicated anywhere or lost by the pool, the pipe and the manager."""
+lost or duplicated anywhere."""
 from __future__ import annotations
 
 import json
@@ -26,11 +26,9 @@ def test_short_soak_survives_kills_and_counts_every_item(tmp_path):
     for row in rows.values():
         assert row["error"] is None, row
         assert row["received"] > 0 and row["duplicated"] == 0, row
-    for name in ("pool tasks", "pipe messages", "manager list items"):
-        assert rows[name]["lost"] == 0, rows[name]
-    # a consumer killed between its get() and passing the item on loses that one item (as
-    # with multiprocessing); what it had been sent ahead and not got goes back to the queue
-    queue = rows["queue items"]
-    assert queue["lost"] <= result["kills"].get("queue consumer", 0), (queue, result["kills"])
+    # the queue's consumers compete and get through the hub: what was lent to a consumer
+    # killed before its receipt (sent with its put of the result) goes back to the queue
+    for row in rows.values():
+        assert row["lost"] == 0, row
     assert sum(result["kills"].values()) >= 3, result["kills"]
     assert "lost" in done.stdout and "master RSS" in done.stdout

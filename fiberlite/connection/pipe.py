@@ -178,7 +178,7 @@ class Connection:
                 payload = self._local_servant().receive_linked(self._end)
                 if payload is not None:
                     return payload
-            payload = self._ref.call("recv", self._end)
+            payload = pipelink.got_through_hub(self._ref, self._end, self._ref.call("recv", self._end))
             if payload is not pipelink.RETRY:  # (RETRY: a link was made meanwhile)
                 break
         if self._signal is not None:

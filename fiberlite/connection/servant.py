@@ -81,7 +81,7 @@ class PipeServant(LinkingServant):
     def _may_link(self, end: int, peer: int) -> bool:
         inbox = self.inbox[end]
         allowed = {peer, LOCAL_PEER}
-        return (not inbox.readers_gone and not inbox.held
+        return (not inbox.readers_gone and not inbox.held and not inbox.lent
                 and set(self.holders[end]) <= allowed and set(self.holders[1 - end]) <= allowed
                 and not self.pending[end] and not self.watchers[end]
                 and not any(not w.done for w in inbox.getters)
@@ -192,7 +192,7 @@ class PipeServant(LinkingServant):
         actions: list = []
         with self._lock:
             for end in (0, 1):
-                self.inbox[end].drop_peer(peer)
+                actions += self.inbox[end].drop_peer(peer)
                 if self.holders[end].pop(peer, 0):
                     actions += self._check_end(end)
         self.run_actions(actions)

@@ -4,14 +4,23 @@ A :class:`Channel` lives in the hub of the process that created it. Its methods 
 under the owning servant's lock and never block: a request that has to wait is kept
 and answered later, and the answers are returned as *actions* that the servant runs
 after releasing its lock (sending a reply may take time).
+
+An item a job gets through the hub is *lent* to that job's connection: the reply is
+``(ticket, item)``, and the job sends back a receipt for the ticket (:meth:`Channel.confirm`)
+before its read returns. Items still lent when the job's connection ends go back to the
+front of the channel, in their order (:meth:`Channel.drop_peer`).
 """
 from __future__ import annotations
 
 import collections
+import itertools
 import queue
 from typing import Any, Callable
 
+from .hub import LOCAL_PEER
+
 Action = Callable[[], None]
+_tickets = itertools.count(1)  # (next() on it is atomic)
 
 
 class Waiter:
@@ -44,6 +53,7 @@ class Channel:
         self.readers_gone = False
         self.held = False  # getters wait even if there are items (a link hands items back)
         self.enqueued = 0  # items that ever entered the channel (JoinableQueue counts these)
+        self.lent: dict[int, dict[int, Any]] = {}  # peer -> {ticket: item} not yet confirmed
 
     def full(self) -> bool:
         return 0 < self.maxsize <= len(self.items)
@@ -97,10 +107,21 @@ class Channel:
     def release(self, items: list) -> list[Action]:
         """End :attr:`held`: ``items`` (handed back) go first, then waiting getters are served."""
         self.held = False
+        return self._put_back(items)
+
+    def _put_back(self, items: list) -> list[Action]:
         self.items.extendleft(reversed(items))
         actions: list[Action] = []
         self._serve_getters(actions)
         return actions
+
+    def confirm(self, peer: int, ticket: int) -> None:
+        """The job ``peer`` got the item lent to it with ``ticket``: it is no longer ours."""
+        lent = self.lent.get(peer)
+        if lent is not None:
+            lent.pop(ticket, None)
+            if not lent:
+                del self.lent[peer]
 
     def _serve_getters(self, actions: list[Action]) -> None:
         if self.held:
@@ -115,7 +136,12 @@ class Channel:
                 actions.append(lambda r=request: r.reply(True))
             elif self.items:
                 payload = self.items.popleft()
-                actions.append(lambda r=request, p=payload: r.reply(p))
+                if request.peer != LOCAL_PEER:  # lent until the job's receipt comes
+                    ticket = next(_tickets)
+                    self.lent.setdefault(request.peer, {})[ticket] = payload
+                    actions.append(lambda r=request, p=(ticket, payload): r.reply(p))
+                else:
+                    actions.append(lambda r=request, p=payload: r.reply(p))
                 self._admit_putter(actions)
             else:
                 actions.append(lambda r=request: r.fail(EOFError()))
@@ -156,9 +182,12 @@ class Channel:
             self.getters.remove(waiter)
         return [w.request for w in taken]
 
-    def drop_peer(self, peer: int) -> None:
-        """Forget the waiting requests of a peer whose connection ended."""
+    def drop_peer(self, peer: int) -> list[Action]:
+        """Forget the waiting requests of a peer whose connection ended; what was lent to
+        it goes back to the front, for the next readers."""
         for waiters in (self.getters, self.putters):
             for waiter in [w for w in waiters if w.request.peer == peer]:
                 waiter.finish()
                 waiters.remove(waiter)
+        lent = self.lent.pop(peer, None)
+        return self._put_back(list(lent.values())) if lent else []

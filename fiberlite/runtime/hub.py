@@ -26,6 +26,10 @@ LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
 HOLD, RELEASE, PIN = "__hold__", "__release__", "__pin__"
 _HOLD_OPS = frozenset({HOLD, RELEASE, PIN})
 EXIT_FLUSH_SECONDS = 30.0
+# a receipt (ObjectRef.confirm) goes with the next call or cast to the servant's process,
+# or on its own after this long
+RECEIPT_SECONDS = 0.005
+RECEIPTS = "__receipts__"  # the operation of receipts sent on their own
 
 
 class Servant:
@@ -163,7 +167,13 @@ class Hub:
         return self._objects.get(oid)
 
     def _handle(self, request: Request, message: Any) -> None:
+        if len(message) == 4:  # receipts carried by the request, handled before it
+            self._receipts(request, message[3])
+            message = message[:3]
         oid, method, args = message
+        if method == RECEIPTS:
+            self._receipts(request, args)
+            return
         if method in _HOLD_OPS:
             self._change_holds(oid, method, *args)
             request.reply()
@@ -176,6 +186,17 @@ class Hub:
             servant.dispatch(request, method, args)
         except Exception as exc:
             request.fail(exc)
+
+    def _receipts(self, request: Request, receipts: tuple) -> None:
+        """``(oid, slot, ticket)`` receipts of the peer of ``request``: its servants'
+        ``op_received(request, slot, ticket)`` (which do not answer)."""
+        for oid, slot, ticket in receipts:
+            servant = self._objects.get(oid)
+            if servant is not None:
+                try:
+                    servant.dispatch(request, "received", (slot, ticket))
+                except Exception:
+                    log.exception("receipt failed in %r", servant)
 
     def call_local(self, oid: int, method: str, args: tuple) -> Any:
         if method in _HOLD_OPS:
@@ -276,6 +297,7 @@ def flush() -> None:
         clients = list(_clients.values())
     for client in clients:
         try:
+            _send_receipts(client, timed=False)
             client.flush()
         except ConnectionError:
             pass
@@ -338,17 +360,47 @@ class ObjectRef:
         if hub is not None and hub.address == self.address:
             hub.call_local(self.oid, method, _owned(args))
         else:
-            self.connection().cast((self.oid, method, args))
+            client = self.connection()
+            client.cast(_envelope(client, self.oid, method, args))
 
     def call(self, method: str, *args: Any) -> Any:
         """Run ``method`` on the servant and return its reply (or raise its error)."""
         hub = _hub
         if hub is not None and hub.address == self.address:
             return hub.call_local(self.oid, method, _owned(args))
-        ok, value = self.connection().request((self.oid, method, args))
+        client = self.connection()
+        ok, value = client.request(_envelope(client, self.oid, method, args))
         if ok:
             return value
         raise value
+
+    def confirm(self, slot: Any, ticket: int) -> None:
+        """Send the servant (of another process) a receipt for what it lent this process
+        with ``ticket`` (``op_received(request, slot, ticket)``): with the next call or cast
+        to that process, or on its own after :data:`RECEIPT_SECONDS`. The item was lent to
+        this process's connection: if that has ended, the servant has taken it back already
+        (or is gone), and there is nothing to send."""
+        client = _clients.get(self.address)
+        if client is None or not client.alive:
+            return
+        if client.ride((self.oid, slot, ticket)):
+            get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: _send_receipts(client))
+
+
+def _envelope(client: Client, oid: int, method: str, args: tuple) -> tuple:
+    """A request, with the receipts waiting to go to its process."""
+    receipts = client.take_riders()
+    return (oid, method, args, receipts) if receipts else (oid, method, args)
+
+
+def _send_receipts(client: Client, timed: bool = True) -> None:
+    """The receipts still waiting to go on ``client``, on their own."""
+    receipts = client.take_riders(timed)
+    if receipts:
+        try:
+            client.cast((0, RECEIPTS, receipts), collect=False)
+        except ConnectionError:
+            pass  # the connection is gone: what was lent goes to others anyway
 
 
 def _owned(args: tuple) -> tuple:

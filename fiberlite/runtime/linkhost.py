@@ -216,6 +216,12 @@ class LinkingServant(LockedServant):
                     actions += back.extend(sent) + self._readable(back)
         self.run_actions(actions + [link.close])
 
+    def op_received(self, request, slot: Hashable, ticket: int) -> None:
+        """The receipt of a job for the item lent to it with ``ticket`` (see
+        :func:`~fiberlite.runtime.pipelink.got_through_hub`): the item is the job's now."""
+        with self._lock:
+            self._forward_channel(slot).confirm(request.peer, ticket)  # type: ignore[union-attr]
+
     def op_ping(self, request) -> None:
         """Answer a linked job that lost its link and asks whether this process is still here."""
         request.reply()

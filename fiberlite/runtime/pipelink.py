@@ -407,6 +407,18 @@ def used_through_hub(ref: ObjectRef, slot: Any) -> None:
         _try_link(ref, slot)
 
 
+def got_through_hub(ref: ObjectRef, slot: Any, reply: Any) -> Any:
+    """What a read of ``slot`` through its hub returns: the item of a ``(ticket, item)``
+    reply, whose receipt goes with this process's next request to the hub, or on its own
+    soon after (:meth:`ObjectRef.confirm`). The hub lends the item until the receipt comes,
+    and gives it to the next reader if this process's connection ends before."""
+    if type(reply) is not tuple:
+        return reply
+    ticket, item = reply
+    ref.confirm(slot, ticket)
+    return item
+
+
 def _mailbox_ref() -> ObjectRef:
     global _mailbox
     hub = get_hub()

@@ -31,6 +31,8 @@ class Client:
         self._lost_callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._unsynced = 0  # one-way requests sent since the last SYNC
+        self._riders: list = []  # see ride()
+        self._riders_timed = False
         self.alive = False
         options = {"tls_config": tls.config(key, server=False)} if tls.is_tls(address) else {}
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1, **options)
@@ -180,12 +182,13 @@ class Client:
         finally:
             self._leave()
 
-    def cast(self, message: Any) -> None:
+    def cast(self, message: Any, collect: bool = True) -> None:
         """Send ``message`` without waiting: the server handles it and sends no reply.
 
         A failure it reports is raised by the next :meth:`flush` (made every
-        ``CAST_WINDOW`` casts). Requests on one connection are handled in the order they
-        were sent, so a later call sees this one's effect.
+        ``CAST_WINDOW`` casts; ``collect=False``: a message whose failure is not worth
+        it). Requests on one connection are handled in the order they were sent, so a
+        later call sees this one's effect.
         """
         frame = codec.encode(message, codec.NO_REPLY)
         self._enter()
@@ -194,12 +197,34 @@ class Client:
             # other calls take it last, once nng has finished sending from it
             self._idle.appendleft(self._dispatch(frame))
             with self._lock:
-                self._unsynced += 1
+                self._unsynced += collect
                 due = self._unsynced >= CAST_WINDOW
         finally:
             self._leave()
         if due:
             self.flush()
+
+    # -- riders: small notices carried by the next message the caller builds --------------
+    def ride(self, rider: Any) -> bool:
+        """Keep ``rider`` for the next :meth:`take_riders`. True: no timer is set for the
+        riders kept (the caller sets one, to send them on their own if no message leaves
+        soon; it calls ``take_riders(timed=True)``)."""
+        with self._lock:
+            self._riders.append(rider)
+            if self._riders_timed:
+                return False
+            self._riders_timed = True
+            return True
+
+    def take_riders(self, timed: bool = False) -> tuple:
+        """The riders kept so far (to go with a message about to be sent), now forgotten."""
+        if not (self._riders or timed):
+            return ()
+        with self._lock:
+            if timed:
+                self._riders_timed = False
+            riders, self._riders = tuple(self._riders), []
+        return riders
 
     def flush(self) -> None:
         """Wait until every one-way request sent so far has been handled; raise the

@@ -65,9 +65,22 @@ class Io(pynng.Context):
         """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
         :func:`codec.frame_from_message` (large out-of-band frames used in place).
         ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever)."""
-        msg = self._receiving.receive(lib.nng_ctx_recv, self.context, timeout_ms)
+        self.begin_recv(timeout_ms)
+        return self.end_recv()
+
+    def begin_recv(self, timeout_ms: int = -1) -> None:
+        """Start receiving; :meth:`end_recv` waits for the message, :meth:`cancel_recv`
+        (from another thread) makes it raise ``pynng.Canceled`` unless one has come."""
+        lib.nng_ctx_recv(self.context, self._receiving.set_timeout(timeout_ms))
+
+    def end_recv(self):
+        """The message :meth:`begin_recv` waited for, as :meth:`recv_frame` returns it."""
+        msg = self._receiving.wait()
         pipe = lib.nng_msg_get_pipe(msg)
         return take_frame(msg), pipe.id, pipe
+
+    def cancel_recv(self) -> None:
+        lib.nng_aio_cancel(self._receiving.aio)
 
     def __del__(self) -> None:
         try:
@@ -105,8 +118,12 @@ class TimedAio:
     def receive(self, start, target, timeout_ms: int):
         """Receive with ``start(target, aio)`` (``nng_ctx_recv``, ``nng_recv_aio``) and
         wait: the ``nng_msg`` (the caller frees it), or the nng error raised."""
-        aio = self.set_timeout(timeout_ms)
-        start(target, aio)
+        start(target, self.set_timeout(timeout_ms))
+        return self.wait()
+
+    def wait(self):
+        """Wait for the receive under way: the ``nng_msg``, or the nng error raised."""
+        aio = self.aio
         lib.nng_aio_wait(aio)
         err = lib.nng_aio_result(aio)
         if err:

@@ -66,7 +66,8 @@ class Server:
     :mod:`fiberlite.wire.tls`) and hand authenticated requests to ``handler``.
 
     ``handler(request, message)`` runs on the receiving thread and must not block;
-    ``on_peer_lost(peer)`` is called (via ``defer``) when a connection ends.
+    ``on_peer_lost(peer)`` is called (via ``defer``) when a connection ends, after every
+    request that came from it has been handed to ``handler``.
     """
 
     def __init__(self, key: bytes, host: str, handler: Callable[[Request, Any], None],
@@ -80,6 +81,9 @@ class Server:
         self._handshakes: dict[int, bytes | tuple[bytes, bytes]] = {}
         self._authenticated: set[int] = set()
         self._one_way_errors: dict[int, BaseException] = {}
+        self._removed: collections.deque[int] = collections.deque()  # connections that ended
+        self._receiving: Io | None = None  # the context the receiving thread waits on
+        self._receiving_lock = threading.Lock()
         options = {"tls_config": tls.config(key, server=True)} if use_tls else {}
         self._sock = pynng.Rep0(recv_max_size=0, **options)
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
@@ -118,9 +122,12 @@ class Server:
             if not guard.enter():
                 return
             try:
-                frame, peer, pipe = ctx.recv_frame()
+                frame, peer, pipe = self._receive(ctx)
             except pynng.Closed:
                 return
+            except pynng.Canceled:  # woken to report a connection that ended
+                self._idle.append(ctx)
+                continue
             except Exception:  # a context closed under us, or an nng internal error
                 if guard.closing:
                     return
@@ -158,6 +165,46 @@ class Server:
             else:
                 self._handshake(peer, pipe, ctx, bytes(frame))
 
+    def _receive(self, ctx: Io):
+        """The next request, once every connection that ended before it came is reported.
+
+        nng reports a connection's end (on a thread of its own) as soon as it reads it,
+        while the requests that came before it may still wait in this thread: a peer is
+        reported lost only here, after them, so that nothing it sent before it went is
+        handled after its loss."""
+        while True:
+            with self._receiving_lock:
+                if not self._removed:
+                    ctx.begin_recv()
+                    self._receiving = ctx
+                    break
+            self._report_removed()
+        try:
+            return ctx.end_recv()
+        finally:
+            with self._receiving_lock:
+                self._receiving = None
+
+    def _report_removed(self) -> None:
+        while self._removed:
+            peer = self._removed.popleft()
+            self._handshakes.pop(peer, None)
+            self._one_way_errors.pop(peer, None)
+            if peer in self._authenticated or self._door is not None:
+                self._authenticated.discard(peer)
+                self._defer(lambda peer=peer: self._on_peer_lost(peer))
+
+    def _wake_receiver(self) -> None:
+        """Make the receive under way return (``pynng.Canceled``) to report what ended."""
+        if not self._guard.enter():
+            return
+        try:
+            with self._receiving_lock:
+                if self._receiving is not None:
+                    self._receiving.cancel_recv()
+        finally:
+            self._guard.leave()
+
     def _handshake(self, peer: int, pipe, ctx: Io, data: bytes) -> None:
         if peer < 0:
             self._idle.append(ctx)
@@ -190,11 +237,9 @@ class Server:
         self._idle.append(ctx)
 
     def _pipe_removed(self, pipe: pynng.Pipe) -> None:
-        self._handshakes.pop(pipe.id, None)
-        self._one_way_errors.pop(pipe.id, None)
-        if pipe.id in self._authenticated or self._door is not None:
-            self._authenticated.discard(pipe.id)
-            self._defer(lambda peer=pipe.id: self._on_peer_lost(peer))
+        # (nng's thread) reported by the receiving thread, after what came before it
+        self._removed.append(pipe.id)
+        self._defer(self._wake_receiver)
 
     # -- answering -----------------------------------------------------------------
     def _answer(self, request: Request, value: tuple) -> None:
