@@ -377,6 +377,11 @@ def measure_dispatch(n: int, tasks: int, repeats: int, helpers: int) -> tuple[St
         fiberlite.init(workers_per_job=None)
     jobs = []
     try:
+        deadline = time.monotonic() + 60  # Pool() starts a first round; its supervisor the rest
+        while len(ctx.started) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(ctx.started)} of {n} simulated workers were started")
+            time.sleep(0.01)
         ref = ctx.started[0][0]
         wids = [wid for _ref, wid in ctx.started]
         started = time.perf_counter()
