@@ -6,9 +6,11 @@ and answered later, and the answers are returned as *actions* that the servant r
 after releasing its lock (sending a reply may take time).
 
 An item a job gets through the hub is *lent* to that job's connection: the reply is
-``(ticket, item)``, and the job sends back a receipt for the ticket (:meth:`Channel.confirm`)
-before its read returns. Items still lent when the job's connection ends go back to the
-front of the channel, in their order (:meth:`Channel.drop_peer`).
+``(ticket, item)``, and the job's receipt for the ticket (:meth:`Channel.confirm`) goes
+with its next request to this process, or on its own shortly after its read returned
+(:func:`~fiberlite.runtime.pipelink.got_through_hub`). Items still lent when the job's
+connection ends go back to the front of the channel, in their order
+(:meth:`Channel.drop_peer`).
 """
 from __future__ import annotations
 
