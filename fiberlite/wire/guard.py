@@ -9,7 +9,9 @@ receive on it:
   :meth:`CallGuard.leave`; closing first aborts what waits (closing the contexts, or
   a link's socket), and what must not happen under a call (closing a socket with
   contexts, freeing a link's aios) is done by whichever comes last: the close or the
-  last call to leave.
+  last call to leave. When that last call is made on one of nng's own threads (a pipe
+  callback), the release goes to a thread of its own: nng's close waits for those
+  threads, and closing from one of them would wait for itself.
 - nng's socket close waits for every context of the socket, and a context that was
   opened after the others were aborted would be waited on for ever: opening one and
   beginning to close exclude each other, and a closing guard opens none.
@@ -51,6 +53,13 @@ class CallGuard:
             self._busy -= 1
             last = self._take_release()
         if last:
+            self._release_off_nng_threads()
+
+    def _release_off_nng_threads(self) -> None:
+        if isinstance(threading.current_thread(), threading._DummyThread):
+            threading.Thread(target=self._release, name="fiberlite-release",
+                             daemon=True).start()
+        else:
             self._release()
 
     def _take_release(self) -> bool:
@@ -70,7 +79,7 @@ class CallGuard:
         with self._lock:
             last = self._take_release()
         if last:
-            self._release()
+            self._release_off_nng_threads()
         return True
 
 

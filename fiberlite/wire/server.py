@@ -62,7 +62,8 @@ class Server:
 
     ``handler(request, message)`` runs on the receiving thread and must not block;
     ``on_peer_lost(peer)`` is called (via ``defer``) when a connection ends, after every
-    request that came from it has been handed to ``handler``.
+    request that came from it has been handed to ``handler``. ``defer(fn)`` runs ``fn``
+    soon, preferably on a thread of the caller's: nng's own threads call it.
     """
 
     def __init__(self, key: bytes, host: str, handler: Callable[[Request, Any], None],
