@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pynng
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec, tls
+from . import auth, codec, doorman, tls
 from .guard import SocketGuard
 from .nngio import Io
 
@@ -41,8 +41,11 @@ class Client:
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         self._guard = SocketGuard(self._sock)
         try:
-            self._dial(address, connect_timeout)
-            self._authenticate(key)
+            if tls.is_tls(address):
+                self._dial(address, connect_timeout)
+                self._authenticate(key)
+            else:   # proved on a plain connection, then handed to nng
+                doorman.dial(self._sock, self._guard, address, key, connect_timeout)
         except BaseException:
             self._guard.close()
             raise
