@@ -193,10 +193,20 @@ def test_get_timeout_and_not_ready(pool):
     assert result.get(30) == "late"
 
 
+def wait_until_every_worker_ran_a_task(pool, workers: int, deadline: float = 60) -> None:
+    """A pool maps with the workers that are up while the others start: map short tasks
+    until each of ``workers`` has run one."""
+    seen: set[int] = set()
+    give_up = time.monotonic() + deadline
+    while len(seen) < workers:
+        assert time.monotonic() < give_up, f"only {len(seen)} of {workers} workers ran a task"
+        seen.update(pool.map(pid_after, [0.02] * 2 * workers, chunksize=1))
+
+
 def test_long_tasks_spread_over_all_workers():
     """Pull dispatch: 8 tasks of 0.5 s on 4 workers run 4 at a time (the ancestor ran them on one)."""
     with Pool(4) as pool:
-        assert len(pool.map(square, range(8))) == 8  # all four workers are up
+        wait_until_every_worker_ran_a_task(pool, 4)
         started = time.monotonic()
         results = [pool.apply_async(pid_after, (0.5,)) for _ in range(8)]
         pids = [r.get(30) for r in results]
