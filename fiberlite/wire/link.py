@@ -75,6 +75,7 @@ class Link:
         self._lost_callbacks: list[Callable[[], None]] = []
         self.lost = False
         self._peer: int | None = None  # the nng pipe that passed the handshake
+        self._ended_early: set[int] = set()  # pipes that ended before one was the peer
         self._handshaking = False
         self._door: doorman.Doorman | None = None
         sock.add_post_pipe_remove_cb(self._pipe_removed)
@@ -110,7 +111,8 @@ class Link:
         the key (a peer that did not is disconnected)."""
         if self._door is not None:
             why = self._door.admit_one(HANDSHAKE_TIMEOUT_MS / 1000)
-            self._peer = self._door.first_pipe
+            if self._door.first_pipe is not None:
+                self._set_peer(self._door.first_pipe)
             return why is None
         sock = self._sock
         sock.send_timeout = HANDSHAKE_TIMEOUT_MS
@@ -124,7 +126,7 @@ class Link:
             proof, proof_pipe = self._handshake_step()
             if proof_pipe != pipe or not auth.check_proof(key, proof, client_nonce, server_nonce):
                 return False
-            self._peer = pipe
+            self._set_peer(pipe)
             sock.send(auth.WELCOME)
             return True
         except pynng.NNGException:
@@ -154,7 +156,9 @@ class Link:
         if not tls.is_tls(address):   # proved on a plain connection, then handed to nng
             link = cls(sock)
             try:
-                link._peer = doorman.dial(sock, link._guard, address, key, HANDSHAKE_TIMEOUT_MS / 1000).id
+                pipe = doorman.dial(sock, link._guard, address, key, HANDSHAKE_TIMEOUT_MS / 1000)
+                if not link._set_peer(pipe.id):
+                    raise ConnectionError("the connection ended as it was handed over")
             except BaseException as exc:
                 link.close()
                 if isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError):
@@ -177,7 +181,7 @@ class Link:
             raise
         sock.recv_timeout = sock.send_timeout = -1
         link = cls(sock)
-        link._peer = pipes[0].id
+        link._set_peer(pipes[0].id)
         return link
 
     # -- using it ------------------------------------------------------------------------
@@ -260,10 +264,22 @@ class Link:
                 return
         callback()
 
+    def _set_peer(self, pipe_id: int) -> bool:
+        """``pipe_id`` is the peer's connection: False (and the link lost) if it ended
+        already, its end reported before its id was known here."""
+        with self._lock:
+            self._peer = pipe_id
+            if pipe_id in self._ended_early:
+                self.lost = True
+            self._ended_early.clear()
+            return not self.lost
+
     def _pipe_removed(self, pipe) -> None:
         if self._handshaking and self._peer is None:  # the peer gave up on the handshake
             threading.Thread(target=self.cancel, daemon=True).start()
         with self._lock:
+            if self._peer is None:
+                self._ended_early.add(pipe.id)
             if self.lost or pipe.id != self._peer:
                 return
             self.lost = True
