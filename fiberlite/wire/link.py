@@ -18,7 +18,7 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from . import auth, doorman, tls
+from . import auth, doorman, tls, tls_watch
 from .binding import LOOPBACK, bind_host
 from .guard import CallGuard
 from .nngio import TimedAio, message_of, take_frame
@@ -78,6 +78,7 @@ class Link:
         self._ended_early: set[int] = set()  # pipes that ended before one was the peer
         self._handshaking = False
         self._door: doorman.Doorman | None = None
+        self._unwatch: Callable[[], None] = lambda: None
         sock.add_post_pipe_remove_cb(self._pipe_removed)
         # closing the socket wakes the threads waiting in it; the aios are freed once
         # none is inside nng any more
@@ -101,6 +102,9 @@ class Link:
             raise
         link = cls(sock)
         link.address = address
+        if use_tls:
+            link._unwatch = tls_watch.watch(link, sock, tls.host_port(address)[1],
+                                            timeout=HANDSHAKE_TIMEOUT_MS / 1000)
         if listening is not None:
             link._door = doorman.Doorman(listening, key, sock, link._guard, f"the link at {address}",
                                          timeout=HANDSHAKE_TIMEOUT_MS / 1000)
@@ -296,6 +300,7 @@ class Link:
             self._closed = True
             self.lost = True
             self._lost_callbacks = []
+        self._unwatch()
         if self._door is not None:
             self._door.close()
         self._guard.close()

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pynng
 
-from . import auth, codec, tls
+from . import auth, codec, tls, tls_watch
 from .binding import bind_host
 from .doorman import Doorman, listen_tcp
 from .guard import SocketGuard
@@ -90,11 +90,13 @@ class Server:
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         self._guard = SocketGuard(self._sock)
         self._door: Doorman | None = None
+        self._unwatch: Callable[[], None] = lambda: None
         try:
             if use_tls:
                 self._sock.listen(f"{tls.SCHEME}{bind_host(host)}:{port}")
                 self.port = int(str(self._sock.listeners[0].local_address).rsplit(":", 1)[1])
                 self.address = f"{tls.SCHEME}{host}:{self.port}"
+                self._unwatch = tls_watch.watch(self, self._sock, self.port)
             else:
                 listening, self.address = listen_tcp(host, port)
                 self.port = int(self.address.rsplit(":", 1)[1])
@@ -274,6 +276,7 @@ class Server:
         closes as soon as none is inside nng any more."""
         if not self._guard.close():
             return
+        self._unwatch()
         if self._door is not None:
             self._door.close()
         if threading.current_thread() is not self._thread:
