@@ -4,11 +4,11 @@ With ``tls`` on, nng accepts connections itself (the door cannot front TLS: nng'
 ``socket://`` transport carries plain connections) and keeps one whose peer never
 completes the TLS handshake for ever. A peer that completes it holds the run's
 pre-shared key, and only then does nng make it a pipe. So a connection on a TLS
-listening port that is not a pipe is one that has not proved the key: one thread per
-process looks at the process's own TCP connections now and then (psutil), and shuts
-down those that have waited longer than ``auth_timeout`` or, beyond
-``auth_pending_limit`` per listener, the oldest. A shut-down connection fails inside
-nng, which closes it itself: its descriptor is never closed under nng.
+listening port that is not a pipe is one that has not proved the key. One thread per
+process, while a TLS listener is open, looks at the process's own TCP connections now
+and then (psutil) and shuts down those that have waited longer than ``auth_timeout``
+or, beyond ``auth_pending_limit`` per listener, the oldest. A shut-down connection
+fails inside nng, which closes it itself: its descriptor is never closed under nng.
 """
 from __future__ import annotations
 
@@ -74,7 +74,8 @@ def _address(sockaddr) -> Address:
 
 
 class _Watch:
-    """The process's one watching thread and what it watches."""
+    """The process's watching thread (one at most, while something is watched) and what
+    it watches."""
 
     def __init__(self) -> None:
         self._watched: "weakref.WeakKeyDictionary[object, _Watched]" = weakref.WeakKeyDictionary()
@@ -101,20 +102,21 @@ class _Watch:
     def remove(self, owner: object) -> None:
         with self._lock:
             self._watched.pop(owner, None)
+        self._wake.set()
 
     def _run(self) -> None:
+        """Look now and then; end once nothing is watched (the next add starts another)."""
         while True:
             with self._lock:
                 watched = list(self._watched.values())
-            if watched:
-                period = min([PERIOD] + [w.timeout / 4 for w in watched])
-                try:
-                    self._look(watched)
-                except Exception:   # psutil failing must not end the watch
-                    log.exception("the TLS watch could not look at this process's connections")
-            else:
-                period = None
-            self._wake.wait(period)
+                if not watched:
+                    self._thread = None
+                    return
+            try:
+                self._look(watched)
+            except Exception:   # psutil failing must not end the watch
+                log.exception("the TLS watch could not look at this process's connections")
+            self._wake.wait(min([PERIOD] + [w.timeout / 4 for w in watched]))
             self._wake.clear()
 
     @staticmethod
