@@ -22,7 +22,7 @@ import socket
 import threading
 from typing import Any
 
-from ..wire.gate import Gate
+from ..wire.gate import Check, Gate
 
 log = logging.getLogger(__name__)
 
@@ -42,30 +42,14 @@ def listening_socket(address: Any, family: str, backlog: int) -> socket.socket:
     return sock
 
 
-class _Challenge:
-    """One connection being challenged; :meth:`cut` (the gate's) ends it from any thread
-    until the challenge is over."""
+class _Challenge(Check):
+    """One connection being challenged (cut off by the gate until the challenge is over)."""
+
+    __slots__ = ("conn",)
 
     def __init__(self, conn: _stdlib.Connection) -> None:
+        super().__init__(conn.fileno)
         self.conn = conn
-        self._lock = threading.Lock()
-        self._over = False
-
-    def cut(self) -> None:
-        with self._lock:
-            if self._over:
-                return
-            sock = socket.socket(fileno=self.conn.fileno())
-            try:
-                sock.shutdown(socket.SHUT_RDWR)   # wakes the challenging thread
-            except OSError:
-                pass
-            finally:
-                sock.detach()
-
-    def over(self) -> None:
-        with self._lock:
-            self._over = True
 
 
 class Acceptor:

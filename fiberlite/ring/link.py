@@ -40,6 +40,7 @@ import numpy as np
 
 from ..wire import auth
 from ..wire.binding import bind_host
+from ..wire.gate import Check, Gate
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ HANDSHAKE_SECONDS = 10.0   # per connection, for the challenge-response and the 
 SAME_HOST_BUFFER = 256 << 10   # socket buffers between members on one host: the bytes in
                                # flight stay in the CPU's caches (the kernel doubles it)
 BACKLOG = 16
-HANDSHAKES_AT_ONCE = 16    # connections checked at the same time; more wait for a turn
+HANDSHAKES_AT_ONCE = 16    # connections checked at the same time (see _accept)
 _IDENT = struct.Struct("<8sqq")   # magic, rank of the dialer, world size
 _IDENT_MAGIC = b"FLlink01"
 _CHALLENGE_SIZE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
@@ -195,6 +196,16 @@ class _Transfers:
         self._thread.join(timeout)
 
 
+class _Visitor(Check):
+    """A connection being checked (cut off by the gate until its check is over)."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(sock.fileno)
+        self.sock = sock
+
+
 class NeighbourLink:
     """This member's connections to its ring neighbours: :meth:`send` goes to the right
     neighbour (rank + 1), :meth:`receive` comes from the left one (rank - 1)."""
@@ -323,25 +334,28 @@ class NeighbourLink:
                 same_host: bool) -> socket.socket:
         """The left neighbour's connection, once it authenticated; others are closed.
 
-        Each connection is checked on a thread of its own (at most
-        :data:`HANDSHAKES_AT_ONCE` at a time), so one that never speaks does not hold up
-        the neighbour behind it for the handshake's timeout."""
+        Each connection is checked on a thread of its own, so one that never speaks
+        does not hold up the neighbour behind it. The checks are under a
+        :class:`~fiberlite.wire.gate.Gate`: a connection is cut off after
+        :data:`HANDSHAKE_SECONDS`, and at most :data:`HANDSHAKES_AT_ONCE` are checked at
+        once (to make room, the one that has shown least is cut off first)."""
         passed: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
-        slots = threading.BoundedSemaphore(HANDSHAKES_AT_ONCE)
+        gate = Gate(HANDSHAKE_SECONDS, HANDSHAKES_AT_ONCE, f"the ring link at {self.address}")
 
-        def check(sock: socket.socket) -> None:
+        def check(visitor: _Visitor) -> None:
             try:
-                why = self._check_dialer(sock, world_size, key)
+                why = self._check_dialer(visitor.sock, world_size, key, lambda: gate.started(visitor))
             except Exception as exc:   # never leave a connection unanswered on a dead thread
                 why = f"broke its check ({type(exc).__name__}: {exc})"
-            finally:
-                slots.release()
-            if why is None:
-                passed.put(sock)
+            visitor.over()
+            if why is None and gate.passed(visitor):
+                passed.put(visitor.sock)
                 self._close_listener()   # wakes the accept below
                 return
-            log.warning("ring link: closed a connection that %s", why)
-            self._drop(sock)
+            gate.forget(visitor)
+            if why is not None:
+                log.warning("ring link: closed a connection that %s", why)
+            self._drop(visitor.sock)
 
         with self._lock:
             listener = self._listener
@@ -349,17 +363,18 @@ class NeighbourLink:
                 raise ConnectionError("the ring link stopped listening before the left neighbour connected")
             self._accepting = True
         try:
-            return self._accept_on(listener, passed, slots, check, deadline, same_host)
+            return self._accept_on(listener, passed, gate, check, deadline, same_host)
         finally:
+            gate.close()
             with self._lock:
                 self._accepting = False
                 stopped = self._listener is None
             if stopped:
                 listener.close()
 
-    def _accept_on(self, listener: socket.socket, passed: queue.SimpleQueue,
-                   slots: threading.BoundedSemaphore, check: Callable[[socket.socket], None],
-                   deadline: float | None, same_host: bool) -> socket.socket:
+    def _accept_on(self, listener: socket.socket, passed: queue.SimpleQueue, gate: Gate,
+                   check: Callable[["_Visitor"], None], deadline: float | None,
+                   same_host: bool) -> socket.socket:
         """The accept loop of :meth:`_accept`: each connection to ``check`` on a thread."""
         while passed.empty() and self._listener is not None:
             try:
@@ -372,15 +387,9 @@ class NeighbourLink:
                     break
                 raise ConnectionError(f"no ring link from rank {self.left}: {exc}") from None
             self._track(sock)
-            try:
-                remaining = _remaining(deadline)
-                turn = slots.acquire(timeout=remaining)
-            except TimeoutError:
-                turn = False
-            if not turn:
-                self._drop(sock)
-                raise TimeoutError(f"rank {self.left} did not connect its ring link in time")
-            threading.Thread(target=check, args=(sock,), name="fiberlite-ring-link-handshake",
+            visitor = _Visitor(sock)
+            gate.admit(visitor, visitor.cut)
+            threading.Thread(target=check, args=(visitor,), name="fiberlite-ring-link-handshake",
                              daemon=True).start()
         try:
             sock = passed.get_nowait()
@@ -390,13 +399,15 @@ class NeighbourLink:
         _tune(sock, socket.SO_RCVBUF, same_host)
         return sock
 
-    def _check_dialer(self, sock: socket.socket, world_size: int, key: bytes) -> str | None:
+    def _check_dialer(self, sock: socket.socket, world_size: int, key: bytes,
+                      started: Callable[[], None]) -> str | None:
         """Run the server side of the handshake; None when the peer is the left neighbour."""
         try:
             sock.settimeout(HANDSHAKE_SECONDS)
             client_nonce = auth.parse_hello(_read_exact(sock, _HELLO_SIZE))
             if client_nonce is None:
                 return "did not start the handshake"
+            started()
             server_nonce = auth.new_nonce()
             sock.sendall(auth.challenge(key, client_nonce, server_nonce))
             if not auth.check_proof(key, _read_exact(sock, _PROOF_SIZE), client_nonce, server_nonce):

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pynng
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec, tls
+from . import auth, codec, doorman, tls
 from .guard import SocketGuard
 from .nngio import Io
 
@@ -34,6 +34,7 @@ class Client:
         self._riders: list = []  # see ride()
         self._riders_timed = False
         self.alive = False
+        self._ended = False  # the connection ended (perhaps before it was alive)
         options = {"tls_config": tls.config(key, server=False)} if tls.is_tls(address) else {}
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1, **options)
         self._sock.reconnect_time_min = 60_000
@@ -41,12 +42,18 @@ class Client:
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         self._guard = SocketGuard(self._sock)
         try:
-            self._dial(address, connect_timeout)
-            self._authenticate(key)
+            if tls.is_tls(address):
+                self._dial(address, connect_timeout)
+                self._authenticate(key)
+            else:   # proved on a plain connection, then handed to nng
+                doorman.dial(self._sock, self._guard, address, key, connect_timeout)
+            with self._lock:   # its end may have come before it was alive: then it is lost
+                self.alive = not self._ended
+            if not self.alive:
+                raise ConnectionError(f"connection to {address} ended as it was made")
         except BaseException:
             self._guard.close()
             raise
-        self.alive = True
 
     def _dial(self, address: str, timeout: float) -> None:
         """Connect once: a refused connection means nothing listens there (any more)."""
@@ -87,6 +94,7 @@ class Client:
 
     def _pipe_removed(self, pipe) -> None:
         with self._lock:
+            self._ended = True
             if not self.alive:
                 return
             self.alive = False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import socket
 import threading
 import time
 from typing import Callable, Hashable
@@ -90,6 +91,12 @@ class Gate:
 
     forget = passed  # the connection ended before it proved the key
 
+    def has_room(self) -> bool:
+        """Whether one more connection can be admitted without cutting off one that has
+        started the handshake (one that has sent nothing may be cut off for it)."""
+        with self._cond:
+            return len(self._waiting) < self.limit or not all(w.started for w in self._waiting.values())
+
     def __len__(self) -> int:
         with self._cond:
             return len(self._waiting)
@@ -123,3 +130,33 @@ class Gate:
                 self.closed_late += 1
             log.info("%s: a connection did not authenticate within %g s; closed", self.where, self.timeout)
             oldest.close()
+
+
+class Check:
+    """A connection under check on a thread of its own: :meth:`cut` (the close given to
+    :meth:`Gate.admit`) shuts it down from any thread, which wakes the checking thread,
+    until that thread says the check is :meth:`over` (then it owns the descriptor alone)."""
+
+    __slots__ = ("fileno", "_lock", "_over")
+
+    def __init__(self, fileno: Callable[[], int]) -> None:
+        self.fileno = fileno
+        self._lock = threading.Lock()
+        self._over = False
+
+    def cut(self) -> None:
+        with self._lock:
+            fd = self.fileno()
+            if self._over or fd < 0:   # (closed by its owner meanwhile)
+                return
+            sock = socket.socket(fileno=fd)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                sock.detach()
+
+    def over(self) -> None:
+        with self._lock:
+            self._over = True

@@ -3,14 +3,14 @@
 The reading process listens (:meth:`Link.listen`), the writing one dials it
 (:meth:`Link.dial`); the two run :mod:`fiberlite.wire.auth` before anything else, and
 the reader accepts no frame from a peer that has not proved it holds the run's key.
+Without TLS the handshake runs on the plain connection, before nng has it
+(:mod:`fiberlite.wire.doorman`); with TLS, as the first messages of nng's connection.
 The reader receives on its own thread (no thread in between) and a blocked receive
 can be cancelled from another thread; a send waits for room only as long as its
 caller says (False: the link is full or gone).
 """
 from __future__ import annotations
 
-import os
-import secrets
 import sys
 import threading
 from typing import Callable
@@ -18,7 +18,7 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from . import auth, tls
+from . import auth, doorman, tls, tls_watch
 from .binding import LOOPBACK, bind_host
 from .guard import CallGuard
 from .nngio import TimedAio, message_of, take_frame
@@ -42,20 +42,24 @@ def _socket(address_or_host: str, key: bytes, server: bool) -> pynng.Pair0:
                        **options)
 
 
-def _listen(sock: pynng.Pair0, host: str, use_tls: bool) -> str:
-    """Make ``sock`` listen for a writer that reaches this process at ``host``; the
+def _listen_tls(sock: pynng.Pair0, host: str) -> str:
+    """Make ``sock`` listen (TLS) for a writer that reaches this process at ``host``; the
     address to give it."""
-    if host in LOOPBACK and not use_tls and ABSTRACT_SOCKETS:
-        address = f"abstract://fiberlite-{os.getpid()}-{secrets.token_hex(8)}"
-        try:
-            sock.listen(address)
-            return address
-        except pynng.NNGException:
-            pass  # (abstract sockets refused here: TCP does the job)
-    scheme = tls.SCHEME if use_tls else tls.PLAIN
-    sock.listen(f"{scheme}{bind_host(host)}:0")
+    sock.listen(f"{tls.SCHEME}{bind_host(host)}:0")
     port = str(sock.listeners[0].local_address).rsplit(":", 1)[1]
-    return f"{scheme}{host}:{port}"
+    return f"{tls.SCHEME}{host}:{port}"
+
+
+def _listening(host: str):
+    """A plain listening socket for a writer that reaches this process at ``host``, and
+    its address: a Linux abstract socket when ``host`` is this machine's loopback (the
+    writer is on the same machine, and a Unix socket is cheaper than TCP), else TCP."""
+    if host in LOOPBACK and ABSTRACT_SOCKETS:
+        try:
+            return doorman.listen_abstract()
+        except OSError:
+            pass  # (abstract sockets refused here: TCP does the job)
+    return doorman.listen_tcp(host)
 
 
 class Link:
@@ -71,7 +75,10 @@ class Link:
         self._lost_callbacks: list[Callable[[], None]] = []
         self.lost = False
         self._peer: int | None = None  # the nng pipe that passed the handshake
+        self._ended_early: set[int] = set()  # pipes that ended before one was the peer
         self._handshaking = False
+        self._door: doorman.Doorman | None = None
+        self._unwatch: Callable[[], None] = lambda: None
         sock.add_post_pipe_remove_cb(self._pipe_removed)
         # closing the socket wakes the threads waiting in it; the aios are freed once
         # none is inside nng any more
@@ -86,17 +93,31 @@ class Link:
         ``use_tls``)."""
         sock = _socket(tls.SCHEME if use_tls else tls.PLAIN, key, server=True)
         try:
-            address = _listen(sock, host, use_tls)
+            if use_tls:
+                address, listening = _listen_tls(sock, host), None
+            else:
+                listening, address = _listening(host)
         except BaseException:
             sock.close()
             raise
         link = cls(sock)
         link.address = address
+        if use_tls:
+            link._unwatch = tls_watch.watch(link, sock, tls.host_port(address)[1],
+                                            timeout=HANDSHAKE_TIMEOUT_MS / 1000)
+        if listening is not None:
+            link._door = doorman.Doorman(listening, key, sock, link._guard, f"the link at {address}",
+                                         timeout=HANDSHAKE_TIMEOUT_MS / 1000)
         return link
 
     def accept(self, key: bytes) -> bool:
         """Run the listening side of the handshake with the first peer: whether it proved
         the key (a peer that did not is disconnected)."""
+        if self._door is not None:
+            why = self._door.admit_one(HANDSHAKE_TIMEOUT_MS / 1000)
+            if self._door.first_pipe is not None:
+                self._set_peer(self._door.first_pipe)
+            return why is None
         sock = self._sock
         sock.send_timeout = HANDSHAKE_TIMEOUT_MS
         try:
@@ -109,7 +130,7 @@ class Link:
             proof, proof_pipe = self._handshake_step()
             if proof_pipe != pipe or not auth.check_proof(key, proof, client_nonce, server_nonce):
                 return False
-            self._peer = pipe
+            self._set_peer(pipe)
             sock.send(auth.WELCOME)
             return True
         except pynng.NNGException:
@@ -136,6 +157,18 @@ class Link:
         """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
         :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
         sock = _socket(address, key, server=False)
+        if not tls.is_tls(address):   # proved on a plain connection, then handed to nng
+            link = cls(sock)
+            try:
+                pipe = doorman.dial(sock, link._guard, address, key, HANDSHAKE_TIMEOUT_MS / 1000)
+                if not link._set_peer(pipe.id):
+                    raise ConnectionError("the connection ended as it was handed over")
+            except BaseException as exc:
+                link.close()
+                if isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError):
+                    raise ConnectionError(f"cannot link to {address}: {exc}") from None
+                raise
+            return link
         sock.reconnect_time_min = sock.reconnect_time_max = 3_600_000  # a dropped link stays down
         sock.recv_timeout = sock.send_timeout = HANDSHAKE_TIMEOUT_MS
         try:
@@ -152,7 +185,7 @@ class Link:
             raise
         sock.recv_timeout = sock.send_timeout = -1
         link = cls(sock)
-        link._peer = pipes[0].id
+        link._set_peer(pipes[0].id)
         return link
 
     # -- using it ------------------------------------------------------------------------
@@ -235,10 +268,22 @@ class Link:
                 return
         callback()
 
+    def _set_peer(self, pipe_id: int) -> bool:
+        """``pipe_id`` is the peer's connection: False (and the link lost) if it ended
+        already, its end reported before its id was known here."""
+        with self._lock:
+            self._peer = pipe_id
+            if pipe_id in self._ended_early:
+                self.lost = True
+            self._ended_early.clear()
+            return not self.lost
+
     def _pipe_removed(self, pipe) -> None:
         if self._handshaking and self._peer is None:  # the peer gave up on the handshake
             threading.Thread(target=self.cancel, daemon=True).start()
         with self._lock:
+            if self._peer is None:
+                self._ended_early.add(pipe.id)
             if self.lost or pipe.id != self._peer:
                 return
             self.lost = True
@@ -255,6 +300,9 @@ class Link:
             self._closed = True
             self.lost = True
             self._lost_callbacks = []
+        self._unwatch()
+        if self._door is not None:
+            self._door.close()
         self._guard.close()
 
     def _free_aios(self) -> None:

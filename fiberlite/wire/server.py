@@ -2,8 +2,12 @@
 
 Each request is received on its own REP context, so a handler can keep the request
 (for example a blocked ``Queue.get``) and reply from any thread when it is ready.
-A pipe (connection) must complete :mod:`fiberlite.wire.auth` before any request from
-it is decoded; anything else from it closes the pipe.
+
+A connection must complete :mod:`fiberlite.wire.auth` before any request from it is
+decoded. On ``tcp://`` the :class:`~fiberlite.wire.doorman.Doorman` runs it before nng
+ever sees the connection, so every pipe of the socket is a proven peer. With TLS
+(nng's own listener) it runs as the first messages of each pipe, and anything else
+from a pipe that has not passed it closes the pipe.
 """
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ from typing import Any, Callable
 
 import pynng
 
-from . import auth, codec, tls
+from . import auth, codec, tls, tls_watch
 from .binding import bind_host
+from .doorman import Doorman, listen_tcp
 from .guard import SocketGuard
 from .nngio import Io, close_pipe
 
@@ -80,17 +85,29 @@ class Server:
         self._removed: collections.deque[int] = collections.deque()  # connections that ended
         self._receiving: Io | None = None  # the context the receiving thread waits on
         self._receiving_lock = threading.Lock()
-        scheme = tls.SCHEME if use_tls else tls.PLAIN
         options = {"tls_config": tls.config(key, server=True)} if use_tls else {}
         self._sock = pynng.Rep0(recv_max_size=0, **options)
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         self._guard = SocketGuard(self._sock)
-        self._sock.listen(f"{scheme}{bind_host(host)}:{port}")
-        bound = str(self._sock.listeners[0].local_address)
-        self.port = int(bound.rsplit(":", 1)[1])
-        self.address = f"{scheme}{host}:{self.port}"
+        self._door: Doorman | None = None
+        self._unwatch: Callable[[], None] = lambda: None
+        try:
+            if use_tls:
+                self._sock.listen(f"{tls.SCHEME}{bind_host(host)}:{port}")
+                self.port = int(str(self._sock.listeners[0].local_address).rsplit(":", 1)[1])
+                self.address = f"{tls.SCHEME}{host}:{self.port}"
+                self._unwatch = tls_watch.watch(self, self._sock, self.port)
+            else:
+                listening, self.address = listen_tcp(host, port)
+                self.port = int(self.address.rsplit(":", 1)[1])
+                self._door = Doorman(listening, key, self._sock, self._guard, f"the server at {self.address}")
+        except BaseException:
+            self._guard.close()
+            raise
         self._thread = threading.Thread(target=self._serve, name="fiberlite-server", daemon=True)
         self._thread.start()
+        if self._door is not None:
+            self._door.serve()
 
     # -- receiving ---------------------------------------------------------------
     def _serve(self) -> None:
@@ -121,7 +138,7 @@ class Server:
                 continue
             finally:
                 guard.leave()
-            if peer in self._authenticated:
+            if peer in self._authenticated or (self._door is not None and peer >= 0):
                 try:
                     flags = codec.flags_of(frame)
                     message = codec.decode(frame)
@@ -176,7 +193,7 @@ class Server:
             peer = self._removed.popleft()
             self._handshakes.pop(peer, None)
             self._one_way_errors.pop(peer, None)
-            if peer in self._authenticated:
+            if peer in self._authenticated or self._door is not None:
                 self._authenticated.discard(peer)
                 self._defer(lambda peer=peer: self._on_peer_lost(peer))
 
@@ -259,6 +276,9 @@ class Server:
         closes as soon as none is inside nng any more."""
         if not self._guard.close():
             return
+        self._unwatch()
+        if self._door is not None:
+            self._door.close()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 

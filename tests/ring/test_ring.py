@@ -17,6 +17,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 import fiberlite
@@ -28,6 +29,7 @@ from fiberlite.ring import link as ringlink
 from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.wire import auth
 from paths import ROOT
+from raw_peer import say_hello
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -512,29 +514,30 @@ def test_link_moves_bytes_in_order_whatever_the_cut():
         b.close()
 
 
-def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
-    b = NeighbourLink("127.0.0.1")
-    intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
-    intruder.settimeout(20)
-    a = NeighbourLink("127.0.0.1")
-    errors = []
+def _connect_both(a: NeighbourLink, b: NeighbourLink, seconds: float) -> tuple[list, list]:
+    """Connect ``a`` (rank 0) and ``b`` (rank 1) on two threads: (the threads, errors)."""
+    errors: list = []
 
     def connect(link, rank, other):
         try:
-            link.connect(rank, 2, other.address, KEY, time.monotonic() + 20)
+            link.connect(rank, 2, other.address, KEY, time.monotonic() + seconds)
         except BaseException as exc:
             errors.append(exc)
     threads = [threading.Thread(target=connect, args=(a, 0, b)), threading.Thread(target=connect, args=(b, 1, a))]
     for t in threads:
         t.start()
+    return threads, errors
+
+
+def test_link_rejects_a_peer_without_the_key_and_still_connects_the_neighbour():
+    b = NeighbourLink("127.0.0.1")
+    intruder = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
+    intruder.settimeout(20)
+    a = NeighbourLink("127.0.0.1")
+    threads, errors = _connect_both(a, b, 20)
     try:
         # the intruder is first in b's queue: it gets a challenge, fails the proof, is closed
-        nonce = auth.new_nonce()
-        intruder.sendall(auth.hello(nonce))
-        challenge = b""
-        while len(challenge) < len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE:
-            challenge += intruder.recv(4096)
-        assert challenge.startswith(auth.CHALLENGE)
+        nonce, challenge = say_hello(intruder)
         assert auth.check_challenge(b"wrong key" * 4, challenge, nonce) is None
         intruder.sendall(auth.PROOF + b"\0" * auth.DIGEST_SIZE)
         assert intruder.recv(4096) == b""      # closed without a welcome
@@ -560,25 +563,11 @@ def test_link_connects_the_neighbour_while_another_connection_stays_silent(monke
     b = NeighbourLink("127.0.0.1")
     silent = socket.create_connection(("127.0.0.1", int(b.address.rsplit(":", 1)[1])))
     a = NeighbourLink("127.0.0.1")
-    errors: list = []
-    done = threading.Event()
-
-    def connect_both() -> None:
-        def connect(link, rank, other):
-            try:
-                link.connect(rank, 2, other.address, KEY, time.monotonic() + 600)
-            except BaseException as exc:
-                errors.append(exc)
-        threads = [threading.Thread(target=connect, args=(a, 0, b)),
-                   threading.Thread(target=connect, args=(b, 1, a))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        done.set()
-    threading.Thread(target=connect_both, daemon=True).start()
+    threads, errors = _connect_both(a, b, 600)
     try:
-        assert done.wait(60), "the silent connection held up the ring link"
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "the silent connection held up the ring link"
         assert not errors, errors
         b.wait_sent(b.send(np.arange(3)), time.monotonic() + 20)
         got = np.empty(3, np.int64)
@@ -589,6 +578,39 @@ def test_link_connects_the_neighbour_while_another_connection_stays_silent(monke
         b.close()      # also ends the silent connection's handshake
         assert silent.recv(16) == b""
         silent.close()
+
+
+def test_link_connects_the_neighbour_through_a_flood_of_silent_connections(monkeypatch):
+    # more silent connections than are checked at once: the least advanced are cut off,
+    # so the flood holds a bounded number of descriptors and the neighbour still gets in
+    monkeypatch.setattr(ringlink, "HANDSHAKE_SECONDS", 600.0)
+    b = NeighbourLink("127.0.0.1")
+    port = int(b.address.rsplit(":", 1)[1])
+    flood = []
+    a = NeighbourLink("127.0.0.1")
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            flood.append(s)
+        joining, errors = _connect_both(a, b, 60)
+        for t in joining:
+            t.join(90)
+        assert not errors, errors
+        b.wait_sent(b.send(np.arange(3)), time.monotonic() + 20)
+        got = np.empty(3, np.int64)
+        a.wait_received(a.receive(got), time.monotonic() + 20)
+        assert got.tolist() == [0, 1, 2]
+        # connections b holds (the left neighbour's among them), by the descriptors of this process
+        held = [c for c in psutil.Process().net_connections(kind="tcp")
+                if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN]
+        assert len(held) <= ringlink.HANDSHAKES_AT_ONCE + 1
+    finally:
+        for s in flood:
+            s.close()
+        a.close()
+        b.close()
 
 
 def test_link_with_another_key_does_not_connect():

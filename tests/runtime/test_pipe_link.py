@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from fiberlite.errors import AuthenticationError
 from fiberlite.runtime.hub import get_hub
 from fiberlite.wire import link as link_module
 from fiberlite.wire.link import Link
+from fiberlite.wire.tls import host_port
 from unpickle_trap import Trace
 
 pytestmark = pytest.mark.timeout(90)
@@ -249,15 +251,37 @@ def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
 
 def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, transport):
     key = identity.key()
+    marker = tmp_path / "unpickled"
+    frame = pipelink.item_frame(fiberlite.wire.codec.Payload(pickle.dumps(Trace(str(marker)))))
     listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
-    marker = tmp_path / "unpickled"
-    with pynng.Pair0(dial=listener.address) as attacker:
-        attacker.send(pipelink.item_frame(fiberlite.wire.codec.Payload(pickle.dumps(Trace(str(marker))))))
+    with pytest.raises(pynng.NNGException):   # an nng peer is closed before nng's greeting
+        with pynng.Pair0(dial=listener.address) as attacker:
+            attacker.send(frame)
+    thread.join()
+    assert accepted == [False]
+    listener.close()
+
+    listener = _listen(key, transport)
+    thread, accepted = _accept_in_thread(listener, key)
+    with _raw_connection(listener.address) as attacker:   # the frame alone, on a plain socket
+        attacker.sendall(frame)
         thread.join()
+        try:
+            assert attacker.recv(1) == b""   # closed, nothing answered
+        except ConnectionResetError:
+            pass   # closed with the frame unread
     assert accepted == [False]
     assert not marker.exists()
     listener.close()
+
+
+def _raw_connection(address: str) -> socket.socket:
+    if address.startswith("abstract://"):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect("\0" + address[len("abstract://"):])
+        return sock
+    return socket.create_connection(host_port(address), timeout=10)
 
 
 TLS_SCRIPT = """

@@ -6,12 +6,11 @@ from __future__ import annotations
 import socket
 
 import psutil
-import pynng
 import pytest
 
 from fiberlite.ring.link import _bind
 from fiberlite.wire.binding import bind_host
-from fiberlite.wire.link import _listen
+from fiberlite.wire.link import _listening
 from fiberlite.wire.server import Server
 
 KEY = b"k" * 32
@@ -53,8 +52,8 @@ def test_hub_server_listens_on_the_advertised_address_only():
 
 
 def test_pipe_link_listens_on_the_advertised_address_only():
-    with pynng.Pair0() as sock:
-        address = _listen(sock, OWN, use_tls=False)
+    sock, address = _listening(OWN)
+    with sock:
         port = int(address.rsplit(":", 1)[1])
         assert address == f"tcp://{OWN}:{port}" and listening_ips(port) == {OWN}
 

@@ -1,0 +1,561 @@
+"""Connections reach an nng socket only after their peer has proved the run's key.
+
+nng reads whole messages, of any announced size, from any connection it accepted, and
+keeps connections that never speak: a peer without the key could make a process
+allocate gigabytes, or hold thousands of descriptors, before :mod:`fiberlite.wire.auth`
+ran as messages. So the listening side accepts plain stream sockets itself
+(:class:`Doorman`: one thread, non-blocking sockets, a selector), admits each to a
+:class:`~fiberlite.wire.gate.Gate` (a deadline and a bound), reads only the two
+handshake steps of fixed, small size, and hands a connection to nng only once its peer
+proved the key: nng's ``socket://`` transport adopts the descriptor, each through a
+``socket://`` listener of its own that lives as long as the connection. The dialing
+side (:func:`dial`) connects a plain socket, runs its half on it, waits for the
+listening side's nng to greet it (so that a listener that closed meanwhile is seen as
+a closed connection, not waited for), then adopts its descriptor the same way.
+
+Every nng call here is made under the owner's :class:`~fiberlite.wire.guard.CallGuard`.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import secrets
+import selectors
+import socket
+import threading
+import time
+from typing import Callable
+
+import pynng
+from pynng._nng import ffi, lib
+
+from ..errors import AuthenticationError
+from . import auth
+from .binding import bind_host
+from .gate import Gate
+from .guard import CallGuard
+
+log = logging.getLogger(__name__)
+
+HELLO_SIZE = len(auth.HELLO) + auth.NONCE_SIZE
+PROOF_SIZE = len(auth.PROOF) + auth.DIGEST_SIZE
+CHALLENGE_SIZE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
+SP_HEADER = b"\x00SP\x00"   # how nng starts every connection (then protocol, reserved)
+SP_HEADER_SIZE = 8
+BACKLOG = 4096              # the kernel caps it (somaxconn)
+ACCEPTS_PER_TURN = 64       # connections accepted before the others are read again
+# seconds a proven peer's connection may take to become an nng pipe once adopted (its
+# peer adopts its end after the greeting; one that died meanwhile leaves no other sign)
+HANDOVER_SECONDS = 60.0
+ABSTRACT = "abstract://"
+TCP = "tcp://"
+
+
+# -- addresses --------------------------------------------------------------------------------
+def listen_tcp(host: str, port: int = 0) -> tuple[socket.socket, str]:
+    """A non-blocking TCP socket listening where peers reaching ``host`` arrive (see
+    :func:`~fiberlite.wire.binding.bind_host`), and the ``tcp://`` address to give them."""
+    bind = bind_host(host).strip("[]")
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    sock = socket.create_server((bind, port), family=family, backlog=BACKLOG)
+    sock.setblocking(False)
+    return sock, f"{TCP}{host}:{sock.getsockname()[1]}"
+
+
+def listen_abstract() -> tuple[socket.socket, str]:
+    """A non-blocking Unix socket listening on a Linux abstract name of its own, and the
+    ``abstract://`` address to give peers."""
+    name = f"fiberlite-{os.getpid()}-{secrets.token_hex(8)}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind("\0" + name)
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock, ABSTRACT + name
+
+
+def _connect(address: str, timeout: float) -> socket.socket:
+    if address.startswith(ABSTRACT):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect("\0" + address[len(ABSTRACT):])
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    if not address.startswith(TCP):
+        raise ValueError(f"not an address this process can dial: {address}")
+    host, port = address[len(TCP):].rsplit(":", 1)
+    return socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+
+
+def _no_delay(sock: socket.socket) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+# -- handing a connection to nng -----------------------------------------------------------
+def adopt(guard: CallGuard, nng_socket, sock: socket.socket):
+    """Hand the connected ``sock`` to the nng socket ``nng_socket`` (an ``nng_socket``)
+    through a ``socket://`` listener of its own; the listener (an ``nng_listener``), or
+    None when that failed or the socket is closing (``sock`` is closed then). From now on
+    nng owns the descriptor: closing the listener (or the socket) closes it."""
+    _no_delay(sock)
+    if not guard.enter():
+        sock.close()
+        return None
+    try:
+        holder = ffi.new("nng_listener *")
+        err = lib.nng_listener_create(holder, nng_socket, b"socket://")
+        if err:
+            sock.close()
+            log.warning("cannot adopt a connection: %s", ffi.string(lib.nng_strerror(err)).decode())
+            return None
+        listener = holder[0]
+        err = lib.nng_listener_start(listener, 0)
+        if not err:
+            fd = sock.detach()
+            err = lib.nng_listener_set_int(listener, b"socket:fd", fd)
+            if err:
+                os.close(fd)
+        else:
+            sock.close()
+        if err:
+            lib.nng_listener_close(listener)
+            log.warning("cannot adopt a connection: %s", ffi.string(lib.nng_strerror(err)).decode())
+            return None
+        return listener
+    finally:
+        guard.leave()
+
+
+def listener_of(pipe: pynng.Pipe) -> int:
+    """The id of the listener that made ``pipe`` (-1: none)."""
+    return lib.nng_listener_id(lib.nng_pipe_listener(pipe.pipe))
+
+
+def dial(sock: pynng.Socket, guard: CallGuard, address: str, key: bytes, timeout: float) -> pynng.Pipe:
+    """Connect ``sock`` (an nng socket that dials nothing itself) to the :class:`Doorman`
+    at ``address``: prove the key on a plain connection, then adopt it; the nng pipe.
+    Raises ``ConnectionRefusedError``, :class:`~fiberlite.errors.AuthenticationError` or
+    ``ConnectionError``."""
+    deadline = time.monotonic() + timeout
+    raw = _proved(address, key, deadline)
+    arrived: list[pynng.Pipe] = []
+    ready = threading.Event()
+
+    def added(pipe: pynng.Pipe) -> None:
+        arrived.append(pipe)
+        ready.set()
+    sock.add_post_pipe_connect_cb(added)
+    if adopt(guard, sock.socket, raw) is None:
+        raise ConnectionError(f"connection to {address} was closed during the handshake")
+    if not ready.wait(max(0.0, deadline - time.monotonic())) or guard.closing:
+        raise ConnectionError(f"connection to {address} was closed during the handshake")
+    return arrived[0]
+
+
+class _CutOff(ConnectionError):
+    """The door closed the connection before it answered the HELLO (it was full)."""
+
+
+def _proved(address: str, key: bytes, deadline: float) -> socket.socket:
+    """A plain connection to ``address`` on which both sides proved the key, the
+    listening side's nng greeting waiting in it. A connection the door cut off before
+    it answered (it makes room for newer ones among those that have not spoken yet) is
+    made again until ``deadline``."""
+    attempt = 0
+    while True:
+        try:
+            raw = _connect(address, max(0.001, deadline - time.monotonic()))
+        except ConnectionRefusedError:
+            raise ConnectionRefusedError(
+                f"nothing listens at {address} (has the job that owns it exited?)") from None
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {address}: {exc}") from None
+        try:
+            _prove_on(raw, key, address, deadline)
+            return raw
+        except _CutOff:
+            raw.close()
+            attempt += 1
+            if time.monotonic() + 0.01 * attempt >= deadline:
+                raise ConnectionError(f"connection to {address} was closed before its handshake "
+                                      f"(the listener is flooded with connections?)") from None
+            time.sleep(0.01 * attempt)   # back off: the door is full
+        except (AuthenticationError, ValueError):
+            raw.close()
+            raise
+        except (OSError, ConnectionError) as exc:
+            raw.close()
+            raise ConnectionError(f"connection to {address} failed during the handshake: "
+                                  f"{exc or type(exc).__name__}") from None
+        except BaseException:
+            raw.close()
+            raise
+
+
+def _prove_on(raw: socket.socket, key: bytes, address: str, deadline: float) -> None:
+    raw.settimeout(max(0.001, deadline - time.monotonic()))
+    steps = iter((lambda: _read_step(raw, CHALLENGE_SIZE),
+                  # the listener closes the connection of a peer whose proof failed
+                  lambda: _read_step(raw, len(auth.WELCOME), b"")))
+    auth.prove(key, raw.sendall, lambda: next(steps)(), address)
+    # the listening side's nng greets as soon as it owns the connection: until then
+    # the connection may still be closed without nng ever having seen it
+    raw.settimeout(max(0.001, deadline - time.monotonic()))
+    greeting = raw.recv(SP_HEADER_SIZE, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if not greeting.startswith(SP_HEADER):
+        raise ConnectionError("the connection ended before it was handed over")
+    raw.settimeout(None)
+
+
+def _read_step(sock: socket.socket, size: int, ended: bytes | None = None) -> bytes:
+    """The listening side's next handshake step, ``size`` bytes; ``ended`` if it closes
+    the connection instead (None: it was cut off before it answered)."""
+    data = bytearray()
+    while len(data) < size:
+        try:
+            chunk = sock.recv(size - len(data))
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            if ended is None and not data:
+                raise _CutOff("the connection was closed before the handshake")
+            if ended is None:
+                raise ConnectionError("the connection ended")
+            return ended
+        data += chunk
+    return bytes(data)
+
+
+# -- the listening side ------------------------------------------------------------------------
+class _Visitor:
+    """A connection that has not proved the key yet."""
+
+    __slots__ = ("sock", "data", "client_nonce", "server_nonce")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock: socket.socket | None = sock
+        self.data = b""
+        self.client_nonce: bytes | None = None   # set once its HELLO came
+        self.server_nonce = b""
+
+
+class Doorman:
+    """Accepts on ``listening`` (a non-blocking stream socket), checks each peer, and
+    adopts those that prove ``key`` into the nng socket ``nng`` (``guard`` its
+    :class:`CallGuard`).
+
+    ``timeout``/``limit``: the gate's deadline and bound (settings ``auth_timeout`` and
+    ``auth_pending_limit`` when None). ``on_failed(why)`` hears of each peer that failed
+    the handshake (not of those the gate cut off). :meth:`serve` runs the door on a
+    thread of its own; :meth:`admit_one` on the caller's, until one peer is in.
+    """
+
+    def __init__(self, listening: socket.socket, key: bytes, nng: pynng.Socket, guard: CallGuard,
+                 where: str, timeout: float | None = None, limit: int | None = None,
+                 on_failed: Callable[[str], None] | None = None) -> None:
+        if timeout is None or limit is None:
+            from .. import config
+            timeout = config.get("auth_timeout") if timeout is None else timeout
+            limit = config.get("auth_pending_limit") if limit is None else limit
+        self._listening: socket.socket | None = listening
+        self._key = key
+        self._nng = nng
+        self._nng_socket = nng.socket
+        self._guard = guard
+        self.where = where
+        self._on_failed = on_failed
+        self.gate = Gate(timeout, limit, where)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._running = False
+        self._shut_down = False
+        self._paused = False   # not taking connections: every waiting one is under way
+        self.failed = 0        # connections that failed the handshake
+        self._thread: threading.Thread | None = None
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._cut: collections.deque[_Visitor] = collections.deque()
+        self._to_close: collections.deque[int] = collections.deque()   # listener ids
+        self._handing: dict[int, float] = {}    # listener id -> when its pipe is due
+        self._piped: dict[int, int] = {}        # pipe id -> the listener that made it
+        self._live: set[int] = set()            # listeners whose connection is a pipe
+        self.first_pipe: int | None = None      # the id of the first pipe made
+        self._selector.register(listening, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
+        nng.add_post_pipe_connect_cb(self._pipe_added)
+        nng.add_post_pipe_remove_cb(self._pipe_removed)
+
+    # -- running ------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Run the door on a thread of its own until :meth:`close`."""
+        self._running = True
+        self._thread = threading.Thread(target=self._run, args=(None,), name="fiberlite-doorman",
+                                        daemon=True)
+        self._thread.start()
+
+    def admit_one(self, timeout: float) -> str | None:
+        """On the calling thread: wait until a peer has proved the key and its
+        connection is an nng pipe (None), or until the first peer fails the handshake,
+        ``timeout`` seconds pass or :meth:`close` is called (why not). The door then
+        closes: no other connection is taken."""
+        failed: list[str] = []
+        self._on_failed = failed.append
+        self._run(lambda: self.first_pipe is not None or bool(failed), time.monotonic() + timeout)
+        if self.first_pipe is not None:
+            return None
+        return failed[0] if failed else ("closed" if self._closed else "no peer proved the key in time")
+
+    def close(self) -> None:
+        """Stop (any thread; the owner closes the nng socket, which closes what it adopted)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            idle = not self._running
+        if idle:   # no thread runs the door: nothing else will shut it
+            self._shut()
+            return
+        self._wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"x")
+        except OSError:   # full (a wake-up is pending anyway) or closed
+            pass
+
+    def _run(self, done: Callable[[], bool] | None, until: float | None = None) -> None:
+        with self._lock:
+            if self._closed or self._shut_down:
+                return
+            self._running = True
+        try:
+            while not self._closed and not (done is not None and done()):
+                now = time.monotonic()
+                if until is not None and now >= until:
+                    return
+                due = [t for t in (until, self._next_handover()) if t is not None]
+                wait = max(0.0, min(due) - now) if due else None
+                if self._paused and self.gate.has_room():
+                    self._pause(False)
+                for key, _ in self._selector.select(wait):
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is self._wake_r:
+                        self._woken()
+                    else:
+                        self._read(key.data)
+                self._expire_handovers()
+        except Exception:
+            log.exception("%s: the door failed; no more connections are taken", self.where)
+        finally:
+            self._shut()
+
+    def _shut(self) -> None:
+        """Stop listening and close what has not proved the key (once)."""
+        with self._lock:
+            if self._shut_down:
+                return
+            self._shut_down = True
+            self._running = False
+        self.gate.close()
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            listening.close()
+        for key in list(self._selector.get_map().values()):
+            if isinstance(key.data, _Visitor):
+                sock, key.data.sock = key.data.sock, None
+                if sock is not None:
+                    sock.close()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    # -- connections not proved yet ----------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_TURN):
+            if not self.gate.has_room():   # every waiting peer is under way: the others wait
+                self._pause(True)          # in the kernel's queue until one is done
+                return
+            try:
+                sock, _ = self._listening.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:   # out of descriptors, or the peer reset already
+                log.warning("%s: accept failed: %s", self.where, exc)
+                return
+            sock.setblocking(False)
+            visitor = _Visitor(sock)
+            self._selector.register(sock, selectors.EVENT_READ, visitor)
+            self.gate.admit(visitor, lambda v=visitor: self._cut_off(v))
+            while self._cut:   # the one it made room for is closed before the next comes
+                self._drop(self._cut.popleft())
+            # a client sends its HELLO as soon as it is connected: read it now, so that it
+            # counts as started before the connections accepted after it make room
+            self._read(visitor)
+
+    def _pause(self, paused: bool) -> None:
+        """Stop (or resume) taking connections from the listening socket."""
+        if paused != self._paused and self._listening is not None:
+            self._paused = paused
+            if paused:
+                self._selector.unregister(self._listening)
+            else:
+                self._selector.register(self._listening, selectors.EVENT_READ, None)
+
+    def _cut_off(self, visitor: _Visitor) -> None:
+        """(the gate's, any thread) End ``visitor``: the door's thread does it."""
+        self._cut.append(visitor)
+        self._wake()
+
+    def _woken(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+        while self._cut:
+            self._drop(self._cut.popleft())
+        while self._to_close:
+            self._close_listener(self._to_close.popleft())
+
+    def _drop(self, visitor: _Visitor) -> None:
+        sock, visitor.sock = visitor.sock, None
+        if sock is None:
+            return
+        self.gate.forget(visitor)
+        self._selector.unregister(sock)
+        sock.close()
+
+    def _fail(self, visitor: _Visitor, why: str) -> None:
+        self.failed += 1
+        level = logging.WARNING if self.failed in (1, 100, 10_000) else logging.DEBUG
+        log.log(level, "%s: closed a connection that %s (%d so far)", self.where, why, self.failed)
+        self._drop(visitor)
+        if self._on_failed is not None:
+            self._on_failed(why)
+
+    def _read(self, visitor: _Visitor) -> None:
+        sock = visitor.sock
+        if sock is None:
+            return
+        need = (HELLO_SIZE if visitor.client_nonce is None else PROOF_SIZE) - len(visitor.data)
+        try:
+            chunk = sock.recv(need)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:   # hung up or reset before proving anything
+            self._drop(visitor)
+            if visitor.client_nonce is not None and self._on_failed is not None:
+                self._on_failed("hung up during the handshake")   # (a client that refused our proof)
+            return
+        visitor.data += chunk
+        step = auth.HELLO if visitor.client_nonce is None else auth.PROOF
+        if not visitor.data.startswith(step[:len(visitor.data)]):   # not the handshake: say so now
+            return self._fail(visitor, "did not start the handshake" if step is auth.HELLO
+                              else "does not hold the run's key")
+        if len(chunk) < need:
+            return
+        data, visitor.data = visitor.data, b""
+        if visitor.client_nonce is None:
+            self._hello(visitor, data)
+        else:
+            self._proof(visitor, data)
+
+    def _hello(self, visitor: _Visitor, data: bytes) -> None:
+        client_nonce = auth.parse_hello(data)
+        if client_nonce is None:
+            return self._fail(visitor, "did not start the handshake")
+        self.gate.started(visitor)
+        visitor.client_nonce = client_nonce
+        visitor.server_nonce = auth.new_nonce()
+        if not self._send(visitor, auth.challenge(self._key, client_nonce, visitor.server_nonce)):
+            self._drop(visitor)
+
+    def _proof(self, visitor: _Visitor, data: bytes) -> None:
+        if not auth.check_proof(self._key, data, visitor.client_nonce, visitor.server_nonce):
+            return self._fail(visitor, "does not hold the run's key")
+        sock = visitor.sock
+        if not self.gate.passed(visitor):   # cut off meanwhile: it is being dropped
+            return
+        visitor.sock = None
+        self._selector.unregister(sock)
+        try:
+            sock.send(auth.WELCOME)   # a few bytes on a connection that has sent nothing back yet
+        except OSError:
+            sock.close()
+            return
+        sock.setblocking(True)
+        listener = adopt(self._guard, self._nng_socket, sock)
+        if listener is not None:
+            lid = lib.nng_listener_id(listener)
+            with self._lock:
+                if lid not in self._live:   # (its pipe may be up already)
+                    self._handing[lid] = time.monotonic() + HANDOVER_SECONDS
+
+    @staticmethod
+    def _send(visitor: _Visitor, data: bytes) -> bool:
+        try:
+            return visitor.sock.send(data) == len(data)   # small: fits a fresh connection's buffer
+        except OSError:
+            return False
+
+    # -- adopted connections --------------------------------------------------------------------
+    def _pipe_added(self, pipe: pynng.Pipe) -> None:
+        """(nng's thread) An adopted connection became a pipe."""
+        lid = listener_of(pipe)
+        with self._lock:
+            self._handing.pop(lid, None)
+            self._piped[pipe.id] = lid
+            self._live.add(lid)
+            first = self.first_pipe is None
+            if first:
+                self.first_pipe = pipe.id
+        if first:   # (admit_one waits for it)
+            self._wake()
+
+    def _pipe_removed(self, pipe: pynng.Pipe) -> None:
+        """(nng's thread) A connection ended: its listener is closed on the door's thread."""
+        with self._lock:
+            lid = self._piped.pop(pipe.id, None)
+            self._live.discard(lid)
+        if lid is not None:
+            self._to_close.append(lid)
+            self._wake()
+
+    def _next_handover(self) -> float | None:
+        with self._lock:
+            return min(self._handing.values(), default=None)
+
+    def _expire_handovers(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            late = [lid for lid, deadline in self._handing.items() if deadline <= now]
+        for lid in late:
+            log.info("%s: an adopted connection did not become a pipe in time; closed", self.where)
+            self._close_listener(lid)
+
+    def _close_listener(self, lid: int) -> None:
+        with self._lock:
+            self._handing.pop(lid, None)
+        if self._guard.enter():   # else the socket's close closes it
+            try:
+                listener = ffi.new("nng_listener *")
+                listener[0].id = lid
+                lib.nng_listener_close(listener[0])
+            finally:
+                self._guard.leave()
