@@ -14,6 +14,7 @@ import itertools
 import math
 import os
 import threading
+import time
 import weakref
 from multiprocessing.connection import wait as wait_for
 from typing import Any
@@ -33,6 +34,7 @@ from .upstream import HubUpstream
 from .worker import worker_main
 
 START_CONCURRENCY = 16  # jobs being created at once
+NOTICE_EVERY = 0.25  # seconds between counts of tasks done told to a watcher of the run
 PIDS_TIMEOUT = 30.0  # seconds worker_processes waits for the pids of hosted workers being forked
 _cores: "weakref.WeakSet[Core]" = weakref.WeakSet()
 
@@ -103,21 +105,32 @@ class Core:
 
     def _result_loop(self) -> None:
         cond = self._results_cond
+        # tasks done per sink not told to the watchers yet (``id(sink) -> (sink, count)``):
+        # they hear every NOTICE_EVERY seconds, and at once when a call is complete
+        counts: dict = {}
+        told = time.monotonic()
         while True:
             with cond:
-                while not self._deliveries:
-                    if self._results_stop:
-                        return
-                    cond.wait()
+                while not self._deliveries and not self._results_stop:
+                    if not counts:
+                        cond.wait()
+                    elif not cond.wait(max(told + NOTICE_EVERY - time.monotonic(), 0.0)):
+                        break  # time to tell the watchers
                 batch, self._deliveries = self._deliveries, []
-            counts: dict | None = {} if observe.watchers else None
+                stopping = self._results_stop and not batch
+            watched = counts if observe.watchers else None
             for values, entries in batch:
-                self._apply(values, entries, counts)
-            if counts:  # a watcher hears once per call and batch of results, not per chunk
+                self._apply(values, entries, watched)
+            if counts and (stopping or time.monotonic() - told >= NOTICE_EVERY
+                           or any(sink._core is None for sink, _ in counts.values())):
                 for sink, count in counts.values():
                     observe.notice("tasks", sink, count, None)
+                counts, told = {}, time.monotonic()
             # nothing of the results just delivered is kept while waiting for the next
-            batch = values = entries = counts = None
+            # (but the sinks with counts still to tell, NOTICE_EVERY at most)
+            batch = values = entries = watched = None
+            if stopping:
+                return
 
     @staticmethod
     def _apply(values: Any, entries: list, counts: dict | None = None) -> None:
