@@ -70,6 +70,8 @@ class Monitor:
         self._stopping.set()
         self._wake.set()
         self.followers.end_all()
+        self._thread.join(timeout=5)
+        self.meter.close()
 
     def _loop(self) -> None:
         rounds = 0
