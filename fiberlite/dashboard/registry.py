@@ -94,6 +94,7 @@ class Registry:
         self.managers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self.rings: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self.tasks_done = 0
+        self.events = 0  # events heard, but for tasks done without an error
         self._names = collections.defaultdict(lambda: itertools.count(1))
 
     def name(self, kind: str) -> str:
@@ -104,6 +105,8 @@ class Registry:
         if handler is not None:
             with self.lock:
                 handler(*details)
+                if event != "tasks" or details[2] is not None:
+                    self.events += 1
 
     # -- events ----------------------------------------------------------------------------
     def on_process(self, process: Any) -> None:

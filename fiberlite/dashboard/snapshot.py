@@ -71,6 +71,18 @@ def queue_rows(registry: Registry) -> list[dict]:
     return rows
 
 
+def marks(registry: Registry) -> tuple:
+    """A cheap look at what the run's progress does not explain: the events the registry
+    heard (:attr:`Registry.events`) and each queue's size and counts; changes when one
+    of them does."""
+    with registry.lock:
+        queues = list(registry.queues.values())
+        events = registry.events
+    return events, tuple(
+        (len(channel.items), channel.enqueued, len(channel.getters), len(channel.putters))
+        for channel in (queue._servant.channel for queue in queues))
+
+
 def manager_rows(registry: Registry) -> list[dict]:
     rows = []
     for manager in list(registry.managers.values()):
