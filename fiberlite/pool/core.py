@@ -14,7 +14,6 @@ import itertools
 import math
 import os
 import threading
-import time
 import weakref
 from multiprocessing.connection import wait as wait_for
 from typing import Any
@@ -34,7 +33,6 @@ from .upstream import HubUpstream
 from .worker import worker_main
 
 START_CONCURRENCY = 16  # jobs being created at once
-NOTICE_EVERY = 0.25  # seconds between counts of tasks done told to a watcher of the run
 PIDS_TIMEOUT = 30.0  # seconds worker_processes waits for the pids of hosted workers being forked
 _cores: "weakref.WeakSet[Core]" = weakref.WeakSet()
 
@@ -93,7 +91,9 @@ class Core:
         return job
 
     def forget_result(self, job: int) -> None:
-        self.results.pop(job, None)
+        sink = self.results.pop(job, None)
+        if sink is not None and observe.watchers:
+            observe.notice("finished", sink)
 
     def _deliver(self, results: list) -> None:
         """Results of chunks, ``(values, entries)`` each, for the result thread."""
@@ -105,37 +105,22 @@ class Core:
 
     def _result_loop(self) -> None:
         cond = self._results_cond
-        # tasks done per sink not told to the watchers yet (``id(sink) -> (sink, count)``):
-        # they hear every NOTICE_EVERY seconds, and at once when a call is complete
-        counts: dict = {}
-        told = time.monotonic()
         while True:
             with cond:
-                while not self._deliveries and not self._results_stop:
-                    if not counts:
-                        cond.wait()
-                    elif not cond.wait(max(told + NOTICE_EVERY - time.monotonic(), 0.0)):
-                        break  # time to tell the watchers
+                while not self._deliveries:
+                    if self._results_stop:
+                        return
+                    cond.wait()
                 batch, self._deliveries = self._deliveries, []
-                stopping = self._results_stop and not batch
-            watched = counts if observe.watchers else None
             for values, entries in batch:
-                self._apply(values, entries, watched)
-            if counts and (stopping or time.monotonic() - told >= NOTICE_EVERY
-                           or any(sink._core is None for sink, _ in counts.values())):
-                for sink, count in counts.values():
-                    observe.notice("tasks", sink, count, None)
-                counts, told = {}, time.monotonic()
+                self._apply(values, entries)
             # nothing of the results just delivered is kept while waiting for the next
-            # (but the sinks with counts still to tell, NOTICE_EVERY at most)
-            batch = values = entries = watched = None
-            if stopping:
-                return
+            batch = values = entries = None
 
     @staticmethod
-    def _apply(values: Any, entries: list, counts: dict | None = None) -> None:
-        """Hand results to their sinks; ``counts`` (when the run is watched) gathers the
-        tasks done per sink, ``id(sink) -> (sink, count)``; an error is told at once."""
+    def _apply(values: Any, entries: list) -> None:
+        """Hand results to their sinks; a watcher of the run hears of each failure (the
+        tasks done, it reads from the sinks: nothing is counted here)."""
         loaded: Any = None
         error: BaseException | None = None
         if values is not None:
@@ -156,12 +141,7 @@ class Core:
             except Exception:  # a sink must never stop the result thread
                 import traceback
                 traceback.print_exc()
-            if counts is None:
-                continue
-            if ok:
-                known = counts.get(id(sink))
-                counts[id(sink)] = (sink, count + (known[1] if known else 0))
-            else:
+            if not ok and observe.watchers:
                 observe.notice("tasks", sink, count, value)
 
     def _stop_results(self, wait: bool) -> None:
