@@ -183,6 +183,7 @@ class Meter:
 
     def __init__(self) -> None:
         self.usage: dict[str, Usage] = {}
+        self.states: dict[str, tuple[str, int | None]] = {}  # state_of each job, last sample
         self.local = LocalProcesses()
         self.samplers = {"local": self.local.sample, "docker": docker_sample}
 
@@ -192,8 +193,10 @@ class Meter:
         now = time.monotonic()
         self.local.start_round(hosted)
         running = set()
+        self.states = {}
         for record in records:
-            if state_of(record)[0] != "running":
+            state = self.states[record.name] = state_of(record)
+            if state[0] != "running":
                 continue
             sampler = self.samplers.get(record.backend.name)
             measured = sampler(record) if sampler is not None else None

@@ -90,7 +90,7 @@ class Monitor:
                 if rounds % ROUNDS_PER_TICK == 0:
                     self.tick()
                     if self.followers:
-                        self.send()
+                        self.send(self.meter.states)  # the jobs' states, just found
                 elif self.followers and marks(self.registry) != self._marks:
                     self.send()
             except Exception:  # a page must never take the run down
@@ -98,12 +98,13 @@ class Monitor:
             rounds += 1
             self._stopping.wait(CHECK)
 
-    def send(self) -> None:
-        """Send what the page shows to the pages that follow the run, if it changed."""
+    def send(self, states: dict | None = None) -> None:
+        """Send what the page shows to the pages that follow the run, if it changed
+        (``states``: the jobs' states, if just found)."""
         with self._lock:
             ticks, points = self.ticks, self.points
         self._marks = marks(self.registry)
-        state = snapshot(self.registry, self.meter, None, self.meta)
+        state = snapshot(self.registry, self.meter, None, self.meta, states)
         self.followers.push(state, ticks, points, self.history)
 
     def tick(self) -> None:
