@@ -5,8 +5,10 @@ A master (a child process of this script) runs ``Pool(4).map`` over 1,000 tasks 
 reader process following ``/api/events`` (the data pushed at each change, looked for
 every 0.5 s), as the page's script does, or with
 ``--browser`` the page itself in headless Chromium (selenium; Debian's ``chromium`` and
-``chromium-driver``). The master's own CPU time (psutil, the master process only: not
-its workers, not the reader) during the map is compared. Then the master puts an item
+``chromium-driver``). The master's own CPU time (its process CPU clock, every thread of the
+master and only the master: not its workers, not the reader) during the map is
+compared, as a share of the master's CPU with the dashboard off; and, per thread,
+where the master spends it. Then the master puts an item
 in a queue, five times, and the reader notes when it first shows: in the page's data,
 or with ``--browser`` in the page itself (the moment the page's queue table changed,
 taken in the browser).
@@ -20,8 +22,10 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -114,24 +118,34 @@ def check_browser() -> None:
                          " (apt-get install -y chromium chromium-driver)")
 
 
-def page_threads_cpu() -> float | None:
-    """CPU seconds of the page's own threads so far (its clock and its server), from
-    Linux's per-thread figures; None elsewhere."""
-    total = 0
-    for thread in threading.enumerate():
-        if thread.name.startswith("fiberlite-dashboard"):
-            try:
-                with open(f"/proc/self/task/{thread.native_id}/schedstat") as stat:
-                    total += int(stat.read().split()[0])
-            except OSError:
-                return None
-    return total / 1e9
+def threads_cpu() -> dict[str, float]:
+    """CPU seconds so far of each of this process's threads, by what they are: Python
+    threads by name (``Thread-N`` dropped), the others (nng's) together; Linux's
+    per-thread figures, empty elsewhere."""
+    names = {t.native_id: re.sub(r"^Thread-\d+ ", "", t.name) for t in threading.enumerate()}
+    found: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                cpu = int(stat.read().split()[0]) / 1e9
+        except OSError:
+            continue  # ended meanwhile
+        name = names.get(int(tid), "other (nng)")
+        found[name] = found.get(name, 0.0) + cpu
+    return found
+
+
+def page_threads(cpu: dict[str, float]) -> float:
+    """The CPU seconds of the page's own threads (its clock, its server) in ``cpu``."""
+    return sum(v for k, v in cpu.items() if k.startswith("fiberlite-dashboard"))
 
 
 def master(page: bool, task_ms: float, browser: bool) -> None:
     """One measured map (and, with the page, the change latencies), as one JSON line."""
-    import psutil
-
     import fiberlite as mp
     if page:
         mp.init(dashboard="127.0.0.1:0")
@@ -146,14 +160,11 @@ def master(page: bool, task_ms: float, browser: bool) -> None:
             watcher = subprocess.Popen([sys.executable, __file__, "--role", role, dashboard.url()],
                                        stdout=subprocess.PIPE, text=True)
             assert watcher.stdout.readline().startswith("seen 0")
-        me = psutil.Process()
-        before, start, threads = me.cpu_times(), time.perf_counter(), page_threads_cpu()
+        threads, before, start = threads_cpu(), time.process_time(), time.perf_counter()
         assert pool.map(task, [task_ms] * TASKS, chunksize=1) == [task_ms] * TASKS
-        after, wall = me.cpu_times(), time.perf_counter() - start
-        result["cpu"] = (after.user + after.system) - (before.user + before.system)
-        result["wall"] = wall
-        if page and threads is not None:
-            result["page_threads"] = page_threads_cpu() - threads
+        result["cpu"], result["wall"] = time.process_time() - before, time.perf_counter() - start
+        result["threads"] = {name: cpu - threads.get(name, 0.0)
+                             for name, cpu in threads_cpu().items()}
         if watcher is not None:
             delays = []
             for size in range(1, CHANGES + 1):
@@ -206,7 +217,7 @@ def main() -> None:
                                  f"page {'open in headless Chromium' if args.browser else 'followed by a reader'}",
                     tasks=TASKS, workers=WORKERS)
     cpu = report.section("master_cpu", "master CPU during the map", unit="map",
-                         reference="page closed", note="the master process only (psutil)")
+                         reference="page closed", note="the master process only (its process CPU clock)")
     for name, results in samples.items():
         cpu.add(name, from_samples(r["cpu"] for r in results),
                 wall=[r["wall"] for r in results])
@@ -215,19 +226,26 @@ def main() -> None:
     delays = [d for r in samples["page open"] for d in r["delays"]]
     delay.add("queue.put " + shown, from_samples(delays))
     finish(report, args)
-    extra = [o["cpu"] - c["cpu"] for o, c in zip(samples["page open"], samples["page closed"])]
     closed = [c["cpu"] for c in samples["page closed"]]
+    opened = [o["cpu"] for o in samples["page open"]]
     wall = [o["wall"] for o in samples["page open"]]
-    print(f"\npage open: {sum(extra) / len(extra) * 1000:+.1f} ms of master CPU per map "
-          f"({100 * sum(extra) / sum(closed):+.1f}% of the master's CPU, "
-          f"{100 * sum(extra) / sum(wall):+.2f}% of one core); slowest change shown after "
-          f"{max(delays):.2f} s")
-    threads = [o["page_threads"] for o in samples["page open"] if "page_threads" in o]
-    if threads:
-        opened = [o["cpu"] for o in samples["page open"]]
-        print(f"the page's own threads: {sum(threads) / len(threads) * 1000:.1f} ms per map "
-              f"({100 * sum(threads) / sum(opened):.1f}% of the master's CPU with the page open, "
-              f"{100 * sum(threads) / sum(wall):.2f}% of one core)")
+    extra = statistics.median(opened) - statistics.median(closed)
+    print(f"\ncost of the open page: {extra * 1000:+.1f} ms of master CPU per map, "
+          f"{100 * extra / statistics.median(closed):+.1f}% of the master's CPU with the "
+          f"dashboard off (medians; means: {100 * (sum(opened) / sum(closed) - 1):+.1f}%); "
+          f"slowest change shown after {max(delays):.2f} s")
+    own = [page_threads(o["threads"]) for o in samples["page open"]]
+    if any(own):
+        print(f"the page's own threads: {statistics.median(own) * 1000:.1f} ms per map, "
+              f"{100 * statistics.median(own) / statistics.median(closed):.1f}% of the "
+              f"master's CPU with the dashboard off ({100 * sum(own) / sum(wall):.2f}% of one core)")
+        print("master CPU per thread, ms per map (median): page closed / page open")
+        names = sorted({n for r in samples["page closed"] + samples["page open"]
+                        for n in r["threads"]})
+        for name in names:
+            c, o = ([r["threads"].get(name, 0.0) * 1000 for r in samples[k]]
+                    for k in ("page closed", "page open"))
+            print(f"  {name:40} {statistics.median(c):7.1f} / {statistics.median(o):7.1f}")
     progress("done")
 
 

@@ -7,9 +7,10 @@ put there by ``fiberlite/__init__``, starts the dashboard if the settings ask fo
 and steps aside).
 
 Events: ``process`` (a started Process), ``pool``, ``batch`` (a pool's dispatcher and a
-call's group), ``tasks`` (a sink and the count of results delivered, whether they were
-values, the error), ``worker_lost`` (a dispatcher, the worker's id, the cause, chunks
-given back), ``queue``, ``manager``, ``ring``.
+call's group), ``tasks`` (a sink, the count of tasks that failed, the error),
+``finished`` (a sink that has every result, or gave up: the call is over; a watcher
+reads the tasks done from the sink, ``_progress()``), ``worker_lost`` (a dispatcher,
+the worker's id, the cause, chunks given back), ``queue``, ``manager``, ``ring``.
 """
 from __future__ import annotations
 

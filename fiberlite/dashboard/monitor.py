@@ -1,7 +1,10 @@
 """The dashboard's clock: while someone looks at the page, it measures the jobs and
-adds a point to each chart once a second, and every half second sends what changed to
-the pages that follow the run (:mod:`.push`), all on one thread. Nobody looking: it
-sleeps."""
+adds a point to each chart once a second and sends what changed to the pages that
+follow the run (:mod:`.push`), all on one thread. Between two seconds it looks, every
+half second, for what the progress of the run does not explain: a queue's change or an
+event the registry heard (a job, pool, call, error, lost worker...); those are sent at
+once, so that every change shows within a second, and counts going up (tasks done,
+rates, usage) once a second. Nobody looking: it sleeps."""
 from __future__ import annotations
 
 import collections
@@ -12,7 +15,7 @@ from typing import Any, Callable
 from .jobs import Meter, hosted_workers
 from .push import Follower, Followers, encode
 from .registry import HISTORY, Registry
-from .snapshot import snapshot
+from .snapshot import marks, snapshot
 
 CHECK = 0.5  # seconds between looks for a change to send to the pages that follow
 ROUNDS_PER_TICK = 2  # looks per sample of the jobs and point of the charts (one a second)
@@ -37,6 +40,7 @@ class Monitor:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self.followers = Followers()
+        self._marks: tuple = ()  # what :func:`.snapshot.marks` gave when data was last sent
         self._thread = threading.Thread(target=self._loop, name="fiberlite-dashboard-monitor",
                                         daemon=True)
         self._thread.start()
@@ -70,6 +74,8 @@ class Monitor:
         self._stopping.set()
         self._wake.set()
         self.followers.end_all()
+        self._thread.join(timeout=5)
+        self.meter.close()
 
     def _loop(self) -> None:
         rounds = 0
@@ -83,15 +89,23 @@ class Monitor:
             try:
                 if rounds % ROUNDS_PER_TICK == 0:
                     self.tick()
-                if self.followers:
-                    with self._lock:
-                        ticks, points = self.ticks, self.points
-                    state = snapshot(self.registry, self.meter, None, self.meta)
-                    self.followers.push(state, ticks, points, self.history)
+                    if self.followers:
+                        self.send(self.meter.states)  # the jobs' states, just found
+                elif self.followers and marks(self.registry) != self._marks:
+                    self.send()
             except Exception:  # a page must never take the run down
                 pass
             rounds += 1
             self._stopping.wait(CHECK)
+
+    def send(self, states: dict | None = None) -> None:
+        """Send what the page shows to the pages that follow the run, if it changed
+        (``states``: the jobs' states, if just found)."""
+        with self._lock:
+            ticks, points = self.ticks, self.points
+        self._marks = marks(self.registry)
+        state = snapshot(self.registry, self.meter, None, self.meta, states)
+        self.followers.push(state, ticks, points, self.history)
 
     def tick(self) -> None:
         """Measure the running jobs and add one point to each chart."""

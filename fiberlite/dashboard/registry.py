@@ -1,5 +1,7 @@
 """What the dashboard knows of the run: the objects the API layer reported through
-:mod:`fiberlite.observe`, and the counts it keeps of what happened to them."""
+:mod:`fiberlite.observe`, and the counts it keeps of what happened to them. The tasks
+done are not counted as results arrive: a pool call's result object knows how many are
+in (``_progress()``), read when the page is drawn, and once more when the call is over."""
 from __future__ import annotations
 
 import collections
@@ -22,7 +24,8 @@ CALLS = {"MapResult": "map", "ApplyResult": "apply_async", "IMapIterator": "imap
 
 
 class Batch:
-    """One ``map``/``imap``/``apply_async`` call of a pool, counted as its results arrive."""
+    """One ``map``/``imap``/``apply_async`` call of a pool, its progress read from its
+    result object."""
 
     def __init__(self, gid: int, call: str, function: str, sink: Any) -> None:
         self.gid = gid
@@ -32,8 +35,9 @@ class Batch:
         self.call = call
         self.function = function
         self.sink = weakref.ref(sink)
-        self.done = 0
         self.failed = 0
+        self.final: int | None = None  # the tasks done, once the call is over
+        self._seen = 0  # the tasks done when last looked
         self.started = time.monotonic()
         self.finished: float | None = None
 
@@ -43,12 +47,23 @@ class Batch:
             return self._total
         return getattr(self.sink(), "_length", None)
 
-    def add(self, count: int, error: BaseException | None) -> None:
-        self.done += count
-        if error is not None:
-            self.failed += count
-        total = self.total
-        if total is not None and self.done >= total:
+    @property
+    def done(self) -> int:
+        """The tasks done so far, failed ones included."""
+        if self.final is not None:
+            return self.final
+        sink = self.sink()
+        if sink is not None:
+            self._seen = sink._progress()
+            total = self.total
+            if self.finished is None and total is not None and self._seen >= total:
+                self.finished = time.monotonic()
+        return self._seen
+
+    def end(self, done: int) -> None:
+        """The call is over, with ``done`` tasks done."""
+        self.final = done
+        if self.finished is None:
             self.finished = time.monotonic()
 
 
@@ -62,11 +77,16 @@ class PoolRecord:
         self.losses = 0
         self.retries = 0
         self.errors: collections.deque[dict] = collections.deque(maxlen=KEEP_ERRORS)
-        self.done = 0  # tasks finished, all calls
+        self.ended = 0  # tasks done by the calls that are over
+
+    @property
+    def done(self) -> int:
+        """The tasks done, all calls."""
+        return self.ended + sum(b.done for b in self.batches if b.final is None)
 
     def add_batch(self, batch: Batch) -> None:
         self.batches.append(batch)
-        while len(self.batches) > KEEP_BATCHES and self.batches[0].finished is not None:
+        while len(self.batches) > KEEP_BATCHES and self.batches[0].final is not None:
             self.batches.popleft()
 
 
@@ -93,8 +113,14 @@ class Registry:
         self.queues: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self.managers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self.rings: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
-        self.tasks_done = 0
+        self._gone_done = 0  # the tasks done by pools that are gone
+        self.events = 0  # events heard
         self._names = collections.defaultdict(lambda: itertools.count(1))
+
+    @property
+    def tasks_done(self) -> int:
+        """The tasks done, all pools (read with the lock held)."""
+        return self._gone_done + sum(p.done for p in self.pools)
 
     def name(self, kind: str) -> str:
         return f"{kind}-{next(self._names[kind])}"
@@ -104,6 +130,7 @@ class Registry:
         if handler is not None:
             with self.lock:
                 handler(*details)
+                self.events += 1
 
     # -- events ----------------------------------------------------------------------------
     def on_process(self, process: Any) -> None:
@@ -119,6 +146,7 @@ class Registry:
         record = PoolRecord(self.name("Pool"), pool)
         self.pools.append(record)
         self._by_dispatcher[id(pool._core.dispatcher)] = record
+        self._gone_done += sum(p.done for p in self.pools if p.pool() is None)
         self.pools = [p for p in self.pools if p.pool() is not None]
 
     def on_batch(self, dispatcher: Any, group: Any) -> None:
@@ -133,19 +161,27 @@ class Registry:
         for key in [k for k in self._by_sink if k not in live]:
             del self._by_sink[key]
 
-    def on_tasks(self, sink: Any, count: int, error: BaseException | None) -> None:
+    def _find(self, sink: Any) -> tuple[Batch, PoolRecord] | None:
         found = self._by_sink.get(id(sink))
-        if found is None or found[0].sink() is not sink:
+        return found if found is not None and found[0].sink() is sink else None
+
+    def on_tasks(self, sink: Any, count: int, error: BaseException) -> None:
+        found = self._find(sink)
+        if found is None:
             return
         batch, record = found
-        batch.add(count, error)
-        record.done += count
-        self.tasks_done += count
-        if error is not None:
-            record.errors.append({
-                "batch": batch.gid, "function": batch.function, "tasks": count,
-                "error": f"{type(error).__name__}: {error}",
-                "traceback": "".join(traceback.format_exception(error))})
+        batch.failed += count
+        record.errors.append({
+            "batch": batch.gid, "function": batch.function, "tasks": count,
+            "error": f"{type(error).__name__}: {error}",
+            "traceback": "".join(traceback.format_exception(error))})
+
+    def on_finished(self, sink: Any) -> None:
+        found = self._find(sink)
+        if found is not None and found[0].final is None:
+            batch, record = found
+            batch.end(sink._progress())
+            record.ended += batch.final
 
     def on_worker_lost(self, dispatcher: Any, wid: int, cause: str, retried: int) -> None:
         record = self._by_dispatcher.get(id(dispatcher))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import http.server
 import mimetypes
+import os
+import selectors
 import threading
 import urllib.parse
 from importlib import resources
@@ -107,9 +109,22 @@ class DashboardServer(http.server.ThreadingHTTPServer):
                 f"cannot serve the dashboard at {host}:{port}: {exc.strerror or exc}; set "
                 f"dashboard (FIBERLITE_DASHBOARD) to another host:port, or to port 0 for any "
                 f"free port") from None
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.5},
-                                        name="fiberlite-dashboard", daemon=True)
+        self._closing = False
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="fiberlite-dashboard",
+                                        daemon=True)
         self._thread.start()
+
+    def _serve(self) -> None:
+        """Take connections until closed; the thread wakes for a connection or the close
+        only (``serve_forever`` would look for a shutdown request twice a second)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._closing:
+                for key, _ in selector.select():
+                    if key.fileobj is self and not self._closing:
+                        self._handle_request_noblock()
 
     @property
     def url(self) -> str:
@@ -118,6 +133,10 @@ class DashboardServer(http.server.ThreadingHTTPServer):
         return f"http://{shown}:{port}/"
 
     def close(self) -> None:
-        self.shutdown()
+        self._closing = True
+        os.write(self._wake_w, b"x")
+        self._thread.join()
         self.server_close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         self.monitor.stop()

@@ -8,10 +8,13 @@ from .jobs import Meter, host_of, requested, state_of
 from .registry import Batch, PoolRecord, Registry
 
 
-def job_rows(registry: Registry, meter: Meter) -> list[dict]:
+def job_rows(registry: Registry, meter: Meter,
+             states: dict[str, tuple[str, int | None]] | None = None) -> list[dict]:
+    """The jobs' rows; ``states``: their states as just found, if known."""
     rows = []
     for record in list(registry.jobs.values()):
-        state, code = state_of(record)
+        known = states.get(record.name) if states is not None else None
+        state, code = known or state_of(record)
         usage = meter.usage.get(record.name)
         rows.append({"name": record.name, "process": record.process_name,
                      "backend": record.backend.name, "host": host_of(record), "state": state,
@@ -71,6 +74,23 @@ def queue_rows(registry: Registry) -> list[dict]:
     return rows
 
 
+def marks(registry: Registry) -> tuple:
+    """A cheap look at what the run's progress does not explain: the events the registry
+    heard (:attr:`Registry.events`) and each queue's size and counts; changes when one
+    of them does."""
+    with registry.lock:
+        queues = registry.queues.valuerefs()
+        events = registry.events
+    marked = []
+    for ref in queues:
+        queue = ref()
+        if queue is not None:
+            channel = queue._servant.channel
+            marked.append((len(channel.items), channel.enqueued, len(channel.getters),
+                           len(channel.putters)))
+    return events, tuple(marked)
+
+
 def manager_rows(registry: Registry) -> list[dict]:
     rows = []
     for manager in list(registry.managers.values()):
@@ -103,12 +123,14 @@ def ring_rows(registry: Registry) -> list[dict]:
 
 
 def snapshot(registry: Registry, meter: Meter, charts: dict[str, Any] | None,
-             meta: dict[str, Any]) -> dict:
-    """Everything the page shows, now (``charts``: the charts' history, or None)."""
+             meta: dict[str, Any], states: dict[str, tuple[str, int | None]] | None = None,
+             ) -> dict:
+    """Everything the page shows, now (``charts``: the charts' history, or None;
+    ``states``: the jobs' states as the meter just found them, else they are asked)."""
     now = time.monotonic()
     with registry.lock:
         pools = [pool_row(p, registry, now) for p in registry.pools]
-        return {**meta, "time": time.time(), "jobs": job_rows(registry, meter),
+        return {**meta, "time": time.time(), "jobs": job_rows(registry, meter, states),
                 "pools": [p for p in pools if p is not None],
                 "queues": queue_rows(registry), "managers": manager_rows(registry),
                 "rings": ring_rows(registry), "tasks_done": registry.tasks_done,

@@ -91,7 +91,9 @@ class Core:
         return job
 
     def forget_result(self, job: int) -> None:
-        self.results.pop(job, None)
+        sink = self.results.pop(job, None)
+        if sink is not None and observe.watchers:
+            observe.notice("finished", sink)
 
     def _deliver(self, results: list) -> None:
         """Results of chunks, ``(values, entries)`` each, for the result thread."""
@@ -110,19 +112,15 @@ class Core:
                         return
                     cond.wait()
                 batch, self._deliveries = self._deliveries, []
-            counts: dict | None = {} if observe.watchers else None
             for values, entries in batch:
-                self._apply(values, entries, counts)
-            if counts:  # a watcher hears once per call and batch of results, not per chunk
-                for sink, count in counts.values():
-                    observe.notice("tasks", sink, count, None)
+                self._apply(values, entries)
             # nothing of the results just delivered is kept while waiting for the next
-            batch = values = entries = counts = None
+            batch = values = entries = None
 
     @staticmethod
-    def _apply(values: Any, entries: list, counts: dict | None = None) -> None:
-        """Hand results to their sinks; ``counts`` (when the run is watched) gathers the
-        tasks done per sink, ``id(sink) -> (sink, count)``; an error is told at once."""
+    def _apply(values: Any, entries: list) -> None:
+        """Hand results to their sinks; a watcher of the run hears of each failure (the
+        tasks done, it reads from the sinks: nothing is counted here)."""
         loaded: Any = None
         error: BaseException | None = None
         if values is not None:
@@ -143,12 +141,7 @@ class Core:
             except Exception:  # a sink must never stop the result thread
                 import traceback
                 traceback.print_exc()
-            if counts is None:
-                continue
-            if ok:
-                known = counts.get(id(sink))
-                counts[id(sink)] = (sink, count + (known[1] if known else 0))
-            else:
+            if not ok and observe.watchers:
                 observe.notice("tasks", sink, count, value)
 
     def _stop_results(self, wait: bool) -> None:

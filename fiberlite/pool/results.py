@@ -53,6 +53,10 @@ class _Sink:
         """Fail whatever is still missing (the pool was terminated or broke)."""
         raise NotImplementedError
 
+    def _progress(self) -> int:
+        """The tasks whose results (values or errors) are in, so far."""
+        raise NotImplementedError
+
 
 class ApplyResult(_Sink):
     """The result of ``apply_async``: ``get``, ``wait``, ``ready``, ``successful``."""
@@ -96,6 +100,9 @@ class ApplyResult(_Sink):
     def _abort(self, error: BaseException) -> None:
         self._set(0, 1, False, error)
 
+    def _progress(self) -> int:
+        return 1 if self._event.is_set() else 0
+
     def __class_getitem__(cls, item):  # AsyncResult[int] in annotations, as in the stdlib
         return cls
 
@@ -110,7 +117,9 @@ class MapResult(ApplyResult):
                  error_callback: Callable | None = None) -> None:
         super().__init__(core, callback, error_callback)
         self._value = [None] * length
+        self._size = length
         self._left = length
+        self._given_up = 0  # tasks never done: the pool was terminated or broke
         if length == 0:
             self._finish()
 
@@ -131,10 +140,13 @@ class MapResult(ApplyResult):
         with self._lock:
             if self._left <= 0 or self._core is None:
                 return
-            self._left = 0
+            self._given_up, self._left = self._left, 0
             if self._success:
                 self._success, self._value = False, error
         self._finish()
+
+    def _progress(self) -> int:
+        return self._size - self._left - self._given_up
 
 
 class IMapIterator(_Sink):
@@ -153,6 +165,7 @@ class IMapIterator(_Sink):
         self._window = window
         self._taken = 0  # input items read so far (``_index``: items handed out or skipped)
         self._waiting = False  # the feeder waits for room
+        self._received = 0  # results in (values or errors), handed out or not
         self._init_store()
 
     # -- store, in order ------------------------------------------------------------------
@@ -194,6 +207,7 @@ class IMapIterator(_Sink):
             if self._core is None:
                 return
             self._put(start, count, ok, value)
+            self._received += count
             self._cond.notify_all()
 
     def _set_length(self, length: int) -> None:
@@ -211,6 +225,9 @@ class IMapIterator(_Sink):
             self._success, self._value = False, error
             self._cond.notify_all()
         self._close()
+
+    def _progress(self) -> int:
+        return self._received
 
     def _close(self) -> None:
         core, self._core = self._core, None
