@@ -234,6 +234,14 @@ def _read_step(sock: socket.socket, size: int, ended: bytes | None = None) -> by
     return bytes(data)
 
 
+def _not_the_handshake(data: bytes) -> str:
+    """Why a connection's first bytes are not a HELLO, as the log says it."""
+    if SP_HEADER.startswith(data[:len(SP_HEADER)]):
+        return ("spoke nng before proving the key: a job of an older fiberlite, which "
+                "dials with nng first (is its image built from this version?)")
+    return "did not start the handshake"
+
+
 # -- the listening side ------------------------------------------------------------------------
 class _Visitor:
     """A connection that has not proved the key yet."""
@@ -466,7 +474,7 @@ class Doorman:
         visitor.data += chunk
         step = auth.HELLO if visitor.client_nonce is None else auth.PROOF
         if not visitor.data.startswith(step[:len(visitor.data)]):   # not the handshake: say so now
-            return self._fail(visitor, "did not start the handshake" if step is auth.HELLO
+            return self._fail(visitor, _not_the_handshake(visitor.data) if step is auth.HELLO
                               else "does not hold the run's key")
         if len(chunk) < need:
             return

@@ -126,3 +126,19 @@ def test_child_job_authenticates_with_inherited_key():
     p.start()
     assert q.get(timeout=30) == "authenticated"
     p.join()
+
+
+def test_a_peer_that_speaks_nng_first_is_closed_and_the_log_says_why(caplog):
+    """A job of an older fiberlite (an image built before the door) dials with nng: the
+    door closes it at its greeting, and its warning names the likely cause."""
+    server = Server(identity.key(), "127.0.0.1", lambda request, message: None,
+                    lambda peer: None, lambda fn: fn())
+    try:
+        with caplog.at_level("WARNING", logger="fiberlite.wire.doorman"):
+            with socket.create_connection(tls.host_port(server.address), timeout=5) as s:
+                s.sendall(b"\x00SP\x00\x00\x30\x00\x00")
+                assert _closed_by_server(s)
+        assert "spoke nng before proving the key" in caplog.text
+        assert "is its image built from this version?" in caplog.text
+    finally:
+        server.close()
