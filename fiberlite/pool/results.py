@@ -65,6 +65,7 @@ class ApplyResult(_Sink):
                  error_callback: Callable | None = None) -> None:
         self._success = True
         self._value: Any = None
+        self._abandoned = False  # failed because the pool was terminated or broke
         super().__init__(core, callback, error_callback)
 
     def ready(self) -> bool:
@@ -90,18 +91,19 @@ class ApplyResult(_Sink):
             return self._value
         raise self._value
 
-    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
+    def _set(self, start: int, count: int, ok: bool, value: Any, abandoned: bool = False) -> None:
         with self._lock:
             if self._event.is_set() or self._core is None:
                 return
             self._success, self._value = ok, value
+            self._abandoned = abandoned
         self._finish()
 
     def _abort(self, error: BaseException) -> None:
-        self._set(0, 1, False, error)
+        self._set(0, 1, False, error, abandoned=True)
 
     def _progress(self) -> int:
-        return 1 if self._event.is_set() else 0
+        return 1 if self._event.is_set() and not self._abandoned else 0
 
     def __class_getitem__(cls, item):  # AsyncResult[int] in annotations, as in the stdlib
         return cls

@@ -296,6 +296,23 @@ def test_close_join_and_use_after_close():
     assert fiberlite.active_children() == []
 
 
+def test_calls_given_up_at_terminate_count_no_task_done():
+    """A call's progress (what the live page shows as done) counts results, not the
+    tasks failed because the pool was terminated."""
+    with Pool(1) as pool:
+        finished = pool.apply_async(square, (3,))
+        assert finished.get(30) == 9
+        mapped = pool.map_async(square, range(5), 1)
+        assert mapped.get(30) == [x * x for x in range(5)]
+        late = pool.apply_async(nap, (60,))
+        late_map = pool.map_async(nap, [60] * 3, 1)
+    pool.join()
+    with pytest.raises(fiberlite.ProcessError):
+        late.get(5)
+    assert (finished._progress(), mapped._progress()) == (1, 5)
+    assert (late._progress(), late_map._progress()) == (0, 0)
+
+
 def test_context_manager_terminates():
     with Pool(2) as pool:
         pending = pool.map_async(nap, [5] * 4, 1)
