@@ -170,6 +170,9 @@ class BaseManager:
         if isinstance(server, tuple) and process.exitcode is None:  # listening at an address
             self._address = server
             server = self._keyed_ref()
+        elif isinstance(server, ObjectRef):
+            with _sending:  # its job's port may be one a manager shut down here had
+                _dead.discard(server.address)
         if not isinstance(server, ObjectRef) or process.exitcode is not None:
             control.close()
             process.join(self._shutdown_timeout)

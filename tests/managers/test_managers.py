@@ -509,3 +509,31 @@ def test_start_initializer_runs_in_manager_job():
         m.shutdown()
     with pytest.raises(TypeError):
         SyncManager().start(initializer=5)
+
+
+class _EveryAddressDead(set):
+    """``_dead`` as it is when every port a new manager could get belonged to a manager
+    shut down earlier in this process: each address counts as dead until discarded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.discarded: set[str] = set()
+
+    def __contains__(self, address: object) -> bool:
+        return address not in self.discarded
+
+    def discard(self, address: str) -> None:
+        self.discarded.add(address)
+
+
+def test_a_manager_on_the_port_of_one_shut_down_before_works(monkeypatch):
+    """Ports are reused: a new manager's job may listen where a manager shut down in this
+    process did, and its proxies must not take it for the one that is gone."""
+    from fiberlite.managers import calls, manager as manager_module, proxies
+    dead = _EveryAddressDead()
+    for module in (calls, manager_module, proxies):
+        monkeypatch.setattr(module, "_dead", dead)
+    with fiberlite.Manager() as fresh:
+        shared = fresh.list([1, 2])
+        shared.append(3)
+        assert list(shared) == [1, 2, 3]
