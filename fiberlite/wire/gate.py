@@ -149,14 +149,27 @@ class Check:
             fd = self.fileno()
             if self._over or fd < 0:   # (closed by its owner meanwhile)
                 return
-            sock = socket.socket(fileno=fd)
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            finally:
-                sock.detach()
+            shut_down(fd)
 
     def over(self) -> None:
         with self._lock:
             self._over = True
+
+
+def shut_down(fd: int, still_it: Callable[[socket.socket], bool] | None = None) -> bool:
+    """Shut down the connection on descriptor ``fd`` (whoever owns it then sees it end
+    and closes it; the descriptor itself is never closed here), if ``still_it(sock)``
+    says it is still the connection meant. Whether it was shut down."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        if still_it is not None and not still_it(sock):
+            return False
+        sock.shutdown(socket.SHUT_RDWR)
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.detach()

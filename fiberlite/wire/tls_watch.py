@@ -13,7 +13,6 @@ fails inside nng, which closes it itself: its descriptor is never closed under n
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 import weakref
@@ -21,6 +20,8 @@ from typing import Callable
 
 import psutil
 import pynng
+
+from .gate import shut_down
 
 log = logging.getLogger(__name__)
 
@@ -139,20 +140,9 @@ class _Watch:
 
 def _shut_down(fd: int, port: int, peer: Address) -> bool:
     """Shut down the connection on ``fd`` if it still is the one from ``peer`` to ``port``
-    (nng then closes it itself); never closes the descriptor."""
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        return False
-    try:
-        if sock.getsockname()[1] != port or sock.getpeername()[:2] != peer:
-            return False
-        sock.shutdown(socket.SHUT_RDWR)
-        return True
-    except OSError:
-        return False
-    finally:
-        sock.detach()
+    (nng then closes it itself)."""
+    return shut_down(fd, lambda sock: sock.getsockname()[1] == port
+                     and sock.getpeername()[:2] == peer)
 
 
 _watch = _Watch()
