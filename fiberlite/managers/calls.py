@@ -1,7 +1,10 @@
 """Calling a manager's server from any job; what proxies and managers share.
 
-A :class:`Token` names one shared object. :func:`_server_call` sends a request to the
-server (:mod:`.server`) and turns a lost connection into a clear error; the calling
+A :class:`Token` names one shared object, and the server holding it by the random
+identity that server took when it started: a port is reused, and a proxy of a manager
+shut down must not reach the object with its id in a manager now listening there.
+:func:`_server_call` sends a request to the server (:mod:`.server`) and turns a lost
+connection, or a server that is not the one named, into a clear error; the calling
 thread is named to the server by :func:`_caller`. Managers known to be gone are kept in
 ``_dead``, so that proxies (:mod:`.proxies`) fail at once and their reference changes,
 queued by finalizers in ``_pending``, are not sent; :mod:`.manager` marks its server
@@ -37,24 +40,31 @@ class NotExposedError(RemoteError, AttributeError):
 
 
 class Token:
-    """Names one shared object: its type id, the server holding it and its id there."""
+    """Names one shared object: its type id, the server holding it, that server's
+    identity (:attr:`ManagerServer.ident <.server.ManagerServer.ident>`) and its id there."""
 
-    __slots__ = ("typeid", "server", "id")
+    __slots__ = ("typeid", "server", "id", "ident")
 
-    def __init__(self, typeid: str, server: ObjectRef, id: int) -> None:
+    def __init__(self, typeid: str, server: ObjectRef, id: int, ident: str) -> None:
         self.typeid = typeid
         self.server = server
         self.id = id
+        self.ident = ident
 
     @property
     def address(self) -> str:
         return self.server.address
 
     def __reduce__(self):
-        return (Token, (self.typeid, self.server, self.id))
+        return (Token, (self.typeid, self.server, self.id, self.ident))
 
     def __repr__(self) -> str:
         return f"Token(typeid={self.typeid!r}, address={self.address!r}, id={self.id})"
+
+
+class OtherServer(Exception):
+    """What a server answers a request naming another server's identity: that of a
+    manager that listened at its address before it."""
 
 
 _dead: set[str] = set()            # addresses of managers known to be gone
@@ -67,14 +77,16 @@ _tls = threading.local()
 _caller_ids = itertools.count(1)
 
 
-def _gone(address: str, cause: BaseException | None = None) -> ConnectionLost:
+def _gone(address: str, cause: object = None) -> ConnectionLost:
+    """The error a call to the gone manager at ``address`` raises."""
     detail = f" ({cause})" if cause is not None else ""
     return ConnectionLost(f"the manager at {address} is no longer running: it was shut down "
                           f"or its job ended{detail}; its proxies cannot be used any more")
 
 
 def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
-    """Call the manager server, turning a lost or refused connection into a clear error."""
+    """Call the manager server, turning a lost or refused connection, or a server that is
+    not the one named (:class:`OtherServer`), into a clear error."""
     address = ref.address
     if address in _dead:
         raise _gone(address)
@@ -85,6 +97,9 @@ def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
                 _watched[address] = client
                 client.on_lost(lambda: _dead.add(address))
         return ref.call(method, *args)
+    except OtherServer:  # the manager listening at address now is a live one
+        raise _gone(address, f"another manager now listens at {address} and does not hold "
+                             "its objects") from None
     except (ConnectionError, pynng.NNGException) as exc:
         _dead.add(address)
         raise _gone(address, exc) from exc
@@ -116,8 +131,8 @@ def _forget_caller(caller: int, servers: dict) -> None:
         _pending.put(ref, "forget_caller", caller)
 
 
-def _queue_decref(ref: ObjectRef, oid: int) -> None:
-    _pending.put(ref, "decref", oid)  # from a finalizer
+def _queue_decref(ref: ObjectRef, ident: str, oid: int) -> None:
+    _pending.put(ref, "decref", ident, oid)  # from a finalizer
 
 
 def _raise_remote(packed: Payload | None, tb: str, type_name: str, message: str) -> None:

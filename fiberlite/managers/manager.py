@@ -11,6 +11,7 @@ from __future__ import annotations
 import array
 import builtins
 import queue
+import secrets
 import threading
 import weakref
 from typing import Any, Callable, Mapping, Sequence
@@ -139,6 +140,7 @@ class BaseManager:
         self._state = _State()
         self._process: Any = None
         self._server: ObjectRef | None = None
+        self._ident: str | None = None  # the server's identity, which its tokens carry
         self._finalizer: Any = None
 
     # -- life cycle ----------------------------------------------------------------------------------
@@ -152,9 +154,11 @@ class BaseManager:
             raise TypeError("initializer must be a callable")
         from ..connection.pipe import Pipe
         control, job_end = Pipe()
+        ident = secrets.token_hex(8)
         process = (Process if self._ctx is None else self._ctx.Process)(
             target=_serve, daemon=True, args=(self._registry, job_end, initializer,
-                                              tuple(initargs), self._address, self._authkey))
+                                              tuple(initargs), self._address, self._authkey,
+                                              ident))
         process.name = f"{type(self).__name__}-{':'.join(str(i) for i in process._identity)}"
         process.start()
         job_end.close()
@@ -183,7 +187,7 @@ class BaseManager:
                 raise server
             raise ProcessError(f"the manager job {process.name} exited with code "
                                f"{process.exitcode} before it was ready (see its output)")
-        self._process, self._server = process, server
+        self._process, self._server, self._ident = process, server, ident
         self._state.value = _State.STARTED
         self._finalizer = weakref.finalize(self, _stop, process, server, control, self._state,
                                            self._shutdown_timeout)
@@ -208,7 +212,8 @@ class BaseManager:
             raise ValueError("connect() needs the manager's address: "
                              "BaseManager(address=(host, port), authkey=...)")
         server = self._keyed_ref()
-        _server_call(server, "count")  # fails here on a wrong key or nothing listening
+        # fails here on a wrong key or nothing listening
+        self._ident = _server_call(server, "ident")
         self._server = server
         self._state.value = _State.STARTED
 
@@ -257,13 +262,15 @@ class BaseManager:
             raise ProcessError("Manager has shut down" if self._state.value == _State.SHUTDOWN
                                else "Manager is not started: call start() or use it in a with block")
         server = self._server
-        reply = _server_call(server, "create", _caller(server), typeid, Payload.pack((args, kwds)))
+        reply = _server_call(server, "create", self._ident, _caller(server), typeid,
+                             Payload.pack((args, kwds)))
         kind, *rest = reply.unpack()
         if kind != "proxy":
             _raise_remote(*rest)
         typeid, oid, exposed, _ = rest
         proxytype = self._registry[typeid][3]
-        return proxytype(Token(typeid, server, oid), manager=self, exposed=exposed, incref=False)
+        return proxytype(Token(typeid, server, oid, self._ident), manager=self, exposed=exposed,
+                         incref=False)
 
     def _number_of_objects(self) -> int:
         """How many shared objects the server holds."""

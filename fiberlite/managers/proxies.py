@@ -41,16 +41,16 @@ class BaseProxy:
         if incref:  # unpickled: this job now holds a reference
             if self._server.address not in _dead:
                 try:
-                    self._server.cast("adopt", self._id)
+                    self._server.cast("adopt", token.ident, self._id)
                 except Exception:
                     pass
-        self._close = weakref.finalize(self, _queue_decref, self._server, self._id)
+        self._close = weakref.finalize(self, _queue_decref, self._server, token.ident, self._id)
         self._close.atexit = False
 
     def _callmethod(self, methodname: str, args: tuple = (), kwds: Mapping[str, Any] = {}) -> Any:
         """Run ``methodname(*args, **kwds)`` on the shared object and return the result."""
-        reply = _server_call(self._server, "invoke", _caller(self._server), self._id,
-                             methodname, Payload.pack((tuple(args), dict(kwds))))
+        reply = _server_call(self._server, "invoke", self._token.ident, _caller(self._server),
+                             self._id, methodname, Payload.pack((tuple(args), dict(kwds))))
         return self._unpack(reply)
 
     def _unpack(self, reply: Payload) -> Any:
@@ -59,7 +59,7 @@ class BaseProxy:
             return rest[0]
         if kind == "proxy":
             typeid, oid, exposed, proxytype = rest
-            token = Token(typeid, self._server, oid)
+            token = Token(typeid, self._server, oid, self._token.ident)
             return (proxytype or AutoProxy)(token, manager=self._manager, exposed=exposed,
                                             incref=False)
         _raise_remote(*rest)
@@ -71,7 +71,7 @@ class BaseProxy:
     def __reduce__(self):
         # keep the object alive until the copy is unpickled (it adopts this reference)
         try:
-            _server_call(self._server, "incref", self._id)
+            _server_call(self._server, "incref", self._token.ident, self._id)
         except ConnectionLost:
             pass
         kwds = {"exposed": self._exposed} if self._isauto else {}
@@ -127,7 +127,7 @@ def AutoProxy(token: Token, serializer: Any = None, manager: Any = None,
               incref: bool = True, manager_owned: bool = False) -> BaseProxy:
     """A proxy forwarding every method the shared object exposes."""
     if exposed is None:
-        exposed = _server_call(token.server, "exposed", token.id)
+        exposed = _server_call(token.server, "exposed", token.ident, token.id)
     cls = MakeProxyType(f"AutoProxy[{token.typeid}]", exposed)
     proxy = cls(token, manager=manager, exposed=exposed, incref=incref)
     proxy._isauto = True

@@ -6,12 +6,17 @@ objects by id, counts the references jobs hold to them, and runs the calls of ea
 calling thread on a thread of its own (:class:`_Worker`). Its replies to ``create`` and
 ``invoke`` are ``("ok", value)``, ``("proxy", typeid, id, exposed, proxytype)`` for a new
 shared object, or an error payload that :mod:`.calls` raises in the caller.
+
+Each server has a random identity, drawn when it is started, which the tokens of its
+objects carry: requests naming an object name the server too, so a proxy of a server
+gone before this one, at the same address, never reaches an object here.
 """
 from __future__ import annotations
 
 import collections
 import itertools
 import queue
+import secrets
 import threading
 import traceback
 from typing import Any, Callable, Mapping, Sequence
@@ -19,13 +24,17 @@ from typing import Any, Callable, Mapping, Sequence
 from ..process import current_process
 from ..runtime.hub import Servant, get_hub
 from ..wire.codec import Payload
-from .calls import NotExposedError
+from .calls import NotExposedError, OtherServer
 
 __all__ = ["ManagerServer", "public_methods"]
 
 # methods every shared object answers, whatever it exposes
 _ALWAYS = ("#GETVALUE", "__repr__", "__str__")
 _VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+# operations whose first argument is the identity of the server they are meant for;
+# those of another server are refused, or dropped if they only change reference counts
+_NAMED = frozenset({"create", "invoke", "incref", "exposed", "adopt", "decref"})
+_DROPPED = frozenset({"adopt", "decref"})
 
 
 def public_methods(obj: Any) -> tuple[str, ...]:
@@ -62,10 +71,12 @@ class ManagerServer(Servant):
     """Holds the shared objects by id and runs the methods proxies call on them.
 
     Operations that run user code (``create``, ``invoke``) go to the calling thread's
-    worker thread; the others are answered at once on the hub thread.
+    worker thread; the others are answered at once on the hub thread. ``ident`` (random
+    unless given) is the identity that requests naming objects must carry.
     """
 
-    def __init__(self, registry: Mapping[str, tuple]) -> None:
+    def __init__(self, registry: Mapping[str, tuple], ident: str | None = None) -> None:
+        self.ident = ident or secrets.token_hex(8)
         self._registry = dict(registry)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -76,7 +87,24 @@ class ManagerServer(Servant):
         self._workers: dict[tuple[int, int], _Worker] = {}
         self.stop_requested = threading.Event()  # a client called shutdown
 
+    def dispatch(self, request, method: str, args: tuple) -> None:
+        """Check the identity carried by a request naming objects, then handle it."""
+        if method in _NAMED:
+            ident, *rest = args
+            if ident != self.ident:
+                if method in _DROPPED:
+                    request.reply()
+                else:
+                    request.fail(OtherServer(f"this manager server is not {ident!r}"))
+                return
+            args = tuple(rest)
+        super().dispatch(request, method, args)
+
     # -- operations answered on the hub thread ------------------------------------------------
+    def op_ident(self, request) -> None:
+        """The server's identity: a client connecting by address learns it here."""
+        request.reply(self.ident)
+
     def op_create(self, request, caller: int, typeid: str, payload: Payload) -> None:
         self._submit(request, caller, self._guarded, self._create, typeid, payload)
 
@@ -256,8 +284,9 @@ def _error_payload(exc: BaseException) -> Payload:
 
 def _serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | None,
            initargs: tuple, address: tuple[str, int] | None = None,
-           authkey: bytes | None = None) -> None:
-    """The manager job: serve the shared objects until the manager says stop.
+           authkey: bytes | None = None, ident: str | None = None) -> None:
+    """The manager job: serve the shared objects (as the server ``ident``) until the
+    manager says stop.
 
     ``control`` is this job's end of a pipe served by the manager's process: the job
     sends its server's reference on it (with ``address``: the address it listens at,
@@ -269,7 +298,7 @@ def _serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | 
     current_process()._daemonic = False
     if initializer is not None:
         initializer(*initargs)
-    server = ManagerServer(registry)
+    server = ManagerServer(registry, ident)
     listener = None
     if address is None:
         control.send(get_hub().register(server))

@@ -2,7 +2,9 @@
 ``connect()``, ``get_server().serve_forever()``, restarts, and proxies like the stdlib's."""
 from __future__ import annotations
 
+import gc
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,8 +14,9 @@ import time
 import pytest
 
 import fiberlite
-from fiberlite.errors import AuthenticationError
+from fiberlite.errors import AuthenticationError, ConnectionLost
 from fiberlite.managers import NotExposedError, RemoteError, SyncManager
+from fiberlite.managers.remote import url_of
 from remote_managed import CounterProxy, QueueClient, QueueManager, put_numbers, shared_queue
 
 pytestmark = pytest.mark.timeout(90)
@@ -131,6 +134,35 @@ def test_a_manager_restarts_on_the_address_it_was_shut_down_on():
         assert q.qsize() == 0                           # a new server, not the old one
         q.put("second")
         assert q.get(timeout=10) == "second"
+    finally:
+        second.shutdown()
+
+
+def test_a_proxy_of_a_shut_down_manager_fails_clearly_at_a_new_manager_on_its_address():
+    """Object ids start at 1 on every server: a proxy of the manager shut down must not
+    reach the object with its id in the manager now listening on the same port."""
+    key = os.urandom(16)
+    first = SyncManager(address=("127.0.0.1", 0), authkey=key)
+    first.start()
+    address = first.address
+    stale, stale_dict = first.list(["first"]), first.dict(a=1)
+    connected = SyncManager(address=address, authkey=key)
+    connected.connect()
+    first.shutdown()
+    second = SyncManager(address=address, authkey=key)
+    second.start()                                      # same port, ids from 1 again
+    try:
+        kept, kept_dict = second.list([1, 2]), second.dict(b=2)
+        for use in (lambda: stale.append("x"), lambda: stale[:], lambda: stale_dict["a"],
+                    lambda: stale_dict.update(a=5), connected.list):
+            with pytest.raises(ConnectionLost, match="another manager now listens at "
+                                                     + re.escape(url_of(address))):
+                use()
+        del stale, stale_dict                           # their decrefs must not free kept's
+        gc.collect()
+        time.sleep(0.5)
+        assert second._number_of_objects() == 2
+        assert kept[:] == [1, 2] and kept_dict.copy() == {"b": 2}
     finally:
         second.shutdown()
 
