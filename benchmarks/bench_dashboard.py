@@ -71,7 +71,10 @@ def reader(url: str) -> None:
             for line in stream:
                 if not line.startswith(b"data: "):
                     continue
-                sizes = [q["size"] for q in json.loads(line[6:])["queues"]]
+                data = json.loads(line[6:])
+                if "progress" in data:
+                    continue  # the running calls' counts alone, which the page merges
+                sizes = [q["size"] for q in data["queues"]]
                 if sizes and sizes[0] != last:
                     last = sizes[0]
                     print("seen", last, time.time(), flush=True)

@@ -1,10 +1,11 @@
 """The dashboard's clock: while someone looks at the page, it measures the jobs and
-adds a point to each chart once a second and sends what changed to the pages that
-follow the run (:mod:`.push`), all on one thread. Between two seconds it looks, every
-half second, for what the progress of the run does not explain: a queue's change or an
+adds a point to each chart every two seconds and sends the page's data, if it changed,
+to the pages that follow the run (:mod:`.push`), all on one thread. Every half second
+it looks for what the progress of the run does not explain: a queue's change or an
 event the registry heard (a job, pool, call, error, lost worker...); those are sent at
-once, so that every change shows within a second, and counts going up (tasks done,
-rates, usage) once a second. Nobody looking: it sleeps."""
+once, so that every change shows within a second. Once a second in between, the counts
+that running calls move (tasks done, rates, time left) go out alone, a small part of
+the data that is cheap to build. Nobody looking: it sleeps."""
 from __future__ import annotations
 
 import collections
@@ -15,10 +16,11 @@ from typing import Any, Callable
 from .jobs import Meter, hosted_workers
 from .push import Follower, Followers, encode
 from .registry import HISTORY, Registry
-from .snapshot import marks, snapshot
+from .snapshot import marks, progress, snapshot
 
 CHECK = 0.5  # seconds between looks for a change to send to the pages that follow
-ROUNDS_PER_TICK = 2  # looks per sample of the jobs and point of the charts (one a second)
+ROUNDS_PER_TICK = 4  # looks per sample of the jobs and point of the charts (2 seconds)
+ROUNDS_PER_PROGRESS = 2  # looks per message of the calls' counts alone (one a second)
 VIEWED_FOR = 10.0  # seconds a look at the page keeps the sampling on
 
 
@@ -93,6 +95,8 @@ class Monitor:
                         self.send(self.meter.states)  # the jobs' states, just found
                 elif self.followers and marks(self.registry) != self._marks:
                     self.send()
+                elif self.followers and rounds % ROUNDS_PER_PROGRESS == 0:
+                    self.followers.push_progress(progress(self.registry))
             except Exception:  # a page must never take the run down
                 pass
             rounds += 1

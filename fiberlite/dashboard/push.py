@@ -5,7 +5,9 @@ page costs neither a request nor a thread waking up of its own per update.
 A follower gets the page's data with the charts' history when it starts following;
 after that, on each change, the data without the charts and the points the charts
 gained since the last message (``points``), or their whole history again if it
-missed a round of points.
+missed a round of points. In between, while calls run, it gets only what they
+changed (``progress``: :func:`.snapshot.progress`), which the page merges into the
+last whole data.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ class Followers:
         self._lock = threading.Lock()
         self._followers: list[Follower] = []
         self._last: dict | None = None
+        self._last_progress: dict | None = None
 
     def __bool__(self) -> bool:
         return bool(self._followers)
@@ -54,12 +57,12 @@ class Followers:
         """Send ``state`` (the page's data without the charts, taken after round
         ``ticks`` of chart points, which added ``points``) to the followers that do not
         have it yet; ``history()`` gives the charts whole."""
-        with self._lock:
-            followers = [f for f in self._followers if not f.ended.is_set()]
-            self._followers = followers
+        followers = self._live()
         stamp = state.pop("time")
         changed = state != self._last
         self._last = state
+        if changed:
+            self._last_progress = None
         messages: dict[str, bytes] = {}
         for follower in followers:
             if follower.ticks == ticks:
@@ -74,6 +77,23 @@ class Followers:
                 messages[kind] = encode({**state, "time": stamp, **extra})
             follower.send(messages[kind])
             follower.ticks = ticks
+
+    def push_progress(self, progress: dict) -> None:
+        """Send ``progress`` (:func:`.snapshot.progress`) to the followers if it changed
+        since the last message."""
+        stamp = progress.pop("time")
+        if progress == self._last_progress:
+            return
+        self._last_progress = progress
+        message = encode({"time": stamp, "progress": progress})
+        for follower in self._live():
+            follower.send(message)
+
+    def _live(self) -> list[Follower]:
+        """The followers still open (the ended ones are let go)."""
+        with self._lock:
+            self._followers = [f for f in self._followers if not f.ended.is_set()]
+            return list(self._followers)
 
     def end_all(self) -> None:
         with self._lock:

@@ -85,3 +85,46 @@ def read(url: str) -> dict:
     """The JSON at ``url`` (a page's ``api/...``)."""
     with urllib.request.urlopen(url, timeout=10) as reply:
         return json.load(reply)
+
+
+def merged(latest: dict | None, message: dict) -> dict | None:
+    """The page's data after ``message`` from ``api/events``, merged as the page's script
+    merges it: a whole state replaces ``latest``; a message of counts alone (``progress``)
+    updates the pools' counts and their calls' rows in it."""
+    if "progress" not in message:
+        return message
+    if latest is None:
+        return None
+    progress = message["progress"]
+    pools = []
+    for pool in latest["pools"]:
+        now = progress["pools"].get(pool["name"])
+        if now is not None:
+            rows = {row["id"]: row for row in now["batches"]}
+            known = {row["id"] for row in pool["batches"]}
+            fresh = [row for row in now["batches"] if row["id"] not in known]
+            pool = {**pool, "done": now["done"],
+                    "batches": fresh + [rows.get(row["id"], row) for row in pool["batches"]]}
+        pools.append(pool)
+    return {**latest, "pools": pools, "tasks_done": progress["tasks_done"],
+            "time": message["time"]}
+
+
+class Events:
+    """``api/events`` of a page, read message by message."""
+
+    def __init__(self, url: str) -> None:
+        self._stream = urllib.request.urlopen(url + "api/events", timeout=30)
+        self.state: dict | None = None  # the page's data, merged so far
+
+    def next(self) -> dict:
+        """The next message (and :attr:`state` merged with it)."""
+        for line in self._stream:
+            if line.startswith(b"data: "):
+                message = json.loads(line[6:])
+                self.state = merged(self.state, message)
+                return message
+        raise AssertionError("the stream ended")
+
+    def close(self) -> None:
+        self._stream.close()

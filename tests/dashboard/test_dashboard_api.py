@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from dashboard.run_driver import LiveRun, read
+from dashboard.run_driver import Events, LiveRun, read
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,20 +99,49 @@ def test_ring_members_and_their_collectives(live_run):
 
 
 def test_changes_are_pushed_once_each(live_run):
-    with urllib.request.urlopen(live_run.url + "api/events", timeout=30) as stream:
-        def pushed() -> dict:
-            for line in stream:
-                if line.startswith(b"data: "):
-                    return json.loads(line[6:])
-            raise AssertionError("the stream ended")
-        states = [pushed()]  # the first at once
-        assert [q["size"] for q in states[0]["queues"]] == [0]
+    events = Events(live_run.url)
+    try:
+        first = events.next()  # the whole data, at once
+        assert [q["size"] for q in first["queues"]] == [0]
         assert live_run.ask("put") == "put"
-        while [q["size"] for q in states[-1]["queues"]] != [1]:
-            states.append(pushed())  # bounded by the test's timeout
+        states = [events.state]
+        while [q["size"] for q in events.state["queues"]] != [1]:
+            events.next()  # bounded by the test's timeout
+            states.append(events.state)
+    finally:
+        events.close()
     # nothing pushed twice: each state differs from the one before
     for before, after in zip(states, states[1:]):
         assert {**before, "time": 0} != {**after, "time": 0}
+
+
+def test_a_running_map_is_sent_as_its_counts_alone(live_run):
+    events = Events(live_run.url)
+    try:
+        events.next()
+        live_run.send("map")
+        counts, whole = [], 0  # the map's tasks done, in the messages of counts alone
+        while True:  # bounded by the test's timeout
+            message = events.next()
+            pool = pool_of(events.state)
+            if "progress" in message:
+                assert set(message) == {"time", "progress"}
+                [row] = message["progress"]["pools"][pool["name"]]["batches"] or [None]
+                if row is not None:
+                    counts.append(row["done"])
+                    assert row["total"] == 1000 and row["function"] == "slow_square"
+            else:
+                whole += 1
+            if pool["batches"] and pool["batches"][0]["done"] == 1000:
+                break
+        assert live_run.answer() == "map exact"
+    finally:
+        events.close()
+    assert pool["batches"][0]["finished"] and pool["done"] == 1000
+    assert events.state["tasks_done"] == 1000
+    assert any(0 < done < 1000 for done in counts), counts  # seen part done
+    assert counts == sorted(counts), counts
+    assert whole >= 1  # the call's start and end come as whole data
 
 
 def test_read_only_and_unknown_paths(live_run):

@@ -104,6 +104,22 @@ function draw(s) {
   document.body.dataset.draws = Number(document.body.dataset.draws || 0) + 1;  // updates so far
 }
 
+// the last whole data drawn; a message of counts alone (progress) is merged into it
+let latest = null;
+function merged(message) {
+  if (!message.progress) return (latest = message);
+  if (latest === null) return null;
+  const { charts: _c, points: _p, ...base } = latest;  // its charts were drawn already
+  const pools = base.pools.map((pool) => {
+    const now = message.progress.pools[pool.name];
+    if (!now) return pool;
+    const rows = new Map(now.batches.map((b) => [b.id, b]));
+    const fresh = now.batches.filter((b) => !pool.batches.some((old) => old.id === b.id));
+    return { ...pool, done: now.done, batches: [...fresh, ...pool.batches.map((b) => rows.get(b.id) ?? b)] };
+  });
+  return (latest = { ...base, pools, tasks_done: message.progress.tasks_done, time: message.time });
+}
+
 async function poll() {
   try {
     draw(await fetch("api/state", { cache: "no-store" }).then((r) => r.json()));
@@ -118,7 +134,11 @@ async function poll() {
 function follow() {
   const events = new EventSource("api/events");
   let streamed = false;
-  events.onmessage = (message) => { streamed = true; draw(JSON.parse(message.data)); };
+  events.onmessage = (message) => {
+    streamed = true;
+    const data = merged(JSON.parse(message.data));
+    if (data !== null) draw(data);
+  };
   events.onerror = () => {
     if (!streamed) { events.close(); poll(); return; }
     document.getElementById("status").textContent = "run ended or unreachable";
