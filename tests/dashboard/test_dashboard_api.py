@@ -64,7 +64,7 @@ def test_queue_size_and_job_usage(live_run):
     state = live_run.get("api/state")
     assert [(q["size"], q["total"]) for q in state["queues"]] == [(1, 1)]
     assert live_run.ask("map") == "map exact"
-    state = live_run.get("api/state")  # the meter samples once a second while the page is read
+    state = live_run.get("api/state")  # the meter samples every 2 s while the page is read
     assert all(job["memory"] and job["memory"] > 10 << 20 for job in state["jobs"]), state["jobs"]
     answer, name = live_run.ask("talk").split()
     assert answer == "talked"
