@@ -5,7 +5,6 @@ from __future__ import annotations
 import secrets
 import socket
 import threading
-import time
 
 import psutil
 import pytest
@@ -15,6 +14,7 @@ from fiberlite import config
 from fiberlite.wire import tls
 from fiberlite.wire.client import Client
 from fiberlite.wire.server import Server
+from waiting import eventually
 
 KEY = secrets.token_bytes(32)
 LIMIT = 16
@@ -39,25 +39,16 @@ def accepted(port: int) -> int:
                if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED)
 
 
-def wait_for(condition, seconds: float) -> bool:
-    give_up = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > give_up:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_silent_connections_to_a_tls_listener_are_bounded_then_cut_off(tls_server):
     host, port = tls.host_port(tls_server.address)
     silent = [socket.create_connection((host, port)) for _ in range(SILENT)]
     try:
-        assert wait_for(lambda: accepted(port) <= LIMIT, TIMEOUT), \
-            f"{accepted(port)} silent connections kept, bound {LIMIT}"
+        eventually(lambda: accepted(port) <= LIMIT, TIMEOUT,
+                   lambda: f"{accepted(port)} silent connections kept, bound {LIMIT}:")
         client = Client(tls_server.address, KEY)   # a job connects during the flood
         assert client.request("hello") == (True, "hello")
-        assert wait_for(lambda: accepted(port) == 1, 3 * TIMEOUT), \
-            f"{accepted(port) - 1} silent connections outlived the deadline"
+        eventually(lambda: accepted(port) == 1, 3 * TIMEOUT,
+                   lambda: f"{accepted(port) - 1} silent connections outlived the deadline:")
         assert client.request("still here") == (True, "still here")
         client.close()
     finally:
@@ -73,8 +64,8 @@ def test_silent_connections_to_a_tls_pipe_link_are_bounded_and_its_writer_links(
     accepted_by: list[bool] = []
     accepting = threading.Thread(target=lambda: accepted_by.append(reader.accept(KEY)), daemon=True)
     try:
-        assert wait_for(lambda: accepted(port) <= LIMIT, TIMEOUT), \
-            f"{accepted(port)} silent connections kept, bound {LIMIT}"
+        eventually(lambda: accepted(port) <= LIMIT, TIMEOUT,
+                   lambda: f"{accepted(port)} silent connections kept, bound {LIMIT}:")
         accepting.start()
         writer = Link.dial(reader.address, KEY)
         accepting.join(10)
