@@ -1,11 +1,12 @@
-"""The dashboard's clock: while someone looks at the page, it measures the jobs and
+"""The dashboard's clock: while someone follows the page, it measures the jobs and
 adds a point to each chart every two seconds and sends the page's data, if it changed,
-to the pages that follow the run (:mod:`.push`), all on one thread. Every half second
-it looks for what the progress of the run does not explain: a queue's change or an
-event the registry heard (a job, pool, call, error, lost worker...); those are sent at
-once, so that every change shows within a second. Once a second in between, the counts
-that running calls move (tasks done, rates, time left) go out alone, a small part of
-the data that is cheap to build. Nobody looking: it sleeps."""
+to the pages that follow the run (:mod:`.push`), all on one thread. In between it
+sleeps until something happens that the progress of the run does not explain: an event
+the registry heard (a job, pool, call, error, lost worker...) or a queue's change wakes
+it (:attr:`.Registry.changed`), and the data goes out at once (no sooner than half a
+second after the last message for a change). While calls run, once a second, the counts
+they move (tasks done, rates, time left) go out alone, a small part of the data that is
+cheap to build. Nobody looking: it sleeps, and only a look wakes it."""
 from __future__ import annotations
 
 import collections
@@ -16,11 +17,11 @@ from typing import Any, Callable
 from .jobs import Meter, hosted_workers
 from .push import Follower, Followers, encode
 from .registry import HISTORY, Registry
-from .snapshot import marks, progress, snapshot
+from .snapshot import calls_running, marks, progress, snapshot
 
-CHECK = 0.5  # seconds between looks for a change to send to the pages that follow
-ROUNDS_PER_TICK = 4  # looks per sample of the jobs and point of the charts (2 seconds)
-ROUNDS_PER_PROGRESS = 2  # looks per message of the calls' counts alone (one a second)
+TICK = 2.0  # seconds between samples of the jobs (and points of the charts)
+PROGRESS = 1.0  # seconds between messages of the running calls' counts alone
+GAP = 0.5  # least seconds between two messages sent for changes (a busy queue's)
 VIEWED_FOR = 10.0  # seconds a look at the page keeps the sampling on
 
 
@@ -38,11 +39,15 @@ class Monitor:
         self.points: dict = {"tasks_per_second": [], "cpu": {}}  # those of the last round
         self._viewed = 0.0
         self._wake = threading.Event()
+        self._poked = False  # something changed since the clock last looked
+        self._awake = False  # the clock follows changes (someone looks at the page)
+        self._sending = threading.Lock()  # a page starting to follow, or the clock sending
         self._stopped = False
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self.followers = Followers()
         self._marks: tuple = ()  # what :func:`.snapshot.marks` gave when data was last sent
+        registry.changed = self.poke
         self._thread = threading.Thread(target=self._loop, name="fiberlite-dashboard-monitor",
                                         daemon=True)
         self._thread.start()
@@ -51,6 +56,7 @@ class Monitor:
         """What the page shows (without the charts' history if not ``charts``); marks
         the page as viewed."""
         self._viewed = time.monotonic()
+        self._awake = True  # a change from now on wakes the clock
         self._wake.set()
         return snapshot(self.registry, self.meter, self.history() if charts else None,
                         self.meta)
@@ -67,11 +73,20 @@ class Monitor:
         with self._lock:
             ticks = self.ticks
         follower = Follower(write, ticks)
-        follower.send(encode(self.state()))  # its charts have at least round ``ticks``
-        self.followers.add(follower)
+        with self._sending:  # the clock sends what changes after this state to it too
+            follower.send(encode(self.state()))  # its charts have at least round ``ticks``
+            self.followers.add(follower)
         return follower
 
+    def poke(self) -> None:
+        """Something changed (told on the thread that changed it): wake the clock, if
+        someone looks at the page and it was not woken for a change already."""
+        if self._awake and not self._poked:
+            self._poked = True
+            self._wake.set()
+
     def stop(self) -> None:
+        self.registry.changed = lambda: None
         self._stopped = True
         self._stopping.set()
         self._wake.set()
@@ -80,27 +95,60 @@ class Monitor:
         self.meter.close()
 
     def _loop(self) -> None:
-        rounds = 0
+        next_tick = next_progress = 0.0
+        changed_at = -GAP  # when the last message for a change went
         while not self._stopped:
-            if not self.followers and time.monotonic() - self._viewed > VIEWED_FOR:
+            if self._unwatched():
                 self._wake.clear()
-                self._last_done = None
-                rounds = 0
-                self._wake.wait()
+                if self._unwatched():  # (a look in between has set the wake again)
+                    self._awake = False
+                    self._last_done = None
+                    next_tick = 0.0
+                    self._wake.wait()
                 continue
+            self._awake = True
+            now = time.monotonic()
             try:
-                if rounds % ROUNDS_PER_TICK == 0:
-                    self.tick()
-                    if self.followers:
-                        self.send(self.meter.states)  # the jobs' states, just found
-                elif self.followers and marks(self.registry) != self._marks:
-                    self.send()
-                elif self.followers and rounds % ROUNDS_PER_PROGRESS == 0:
-                    self.followers.push_progress(progress(self.registry))
+                with self._sending:
+                    if now >= next_tick:
+                        next_tick = now + TICK
+                        self._poked = False
+                        self.tick()
+                        if self.followers:
+                            self.send(self.meter.states)  # the jobs' states, just found
+                        next_progress = self._next_progress(now, next_tick)
+                    elif self._poked and now >= changed_at + GAP:
+                        self._poked = False
+                        if self.followers and marks(self.registry) != self._marks:
+                            self.send()
+                            changed_at = now
+                            next_progress = self._next_progress(now, next_tick)
+                    elif now >= next_progress:
+                        self.followers.push_progress(progress(self.registry))
+                        next_progress = self._next_progress(now, next_tick)
             except Exception:  # a page must never take the run down
                 pass
-            rounds += 1
-            self._stopping.wait(CHECK)
+            self._sleep(min(next_tick, next_progress), changed_at + GAP)
+
+    def _unwatched(self) -> bool:
+        """Nobody follows the page, nor looked at it lately."""
+        return not self.followers and time.monotonic() - self._viewed > VIEWED_FOR
+
+    def _next_progress(self, now: float, next_tick: float) -> float:
+        """When the running calls' counts go out next: in a second, or with the next
+        sample if no call runs (a call that starts is a change, which wakes the clock)."""
+        return now + PROGRESS if calls_running(self.registry) else next_tick
+
+    def _sleep(self, until: float, changes_from: float) -> None:
+        """Sleep until ``until`` (monotonic) or a change; a change that came already
+        waits until ``changes_from``."""
+        now = time.monotonic()
+        if self._poked:
+            self._stopping.wait(max(0.0, min(until, changes_from) - now))
+            return
+        self._wake.clear()
+        if not self._poked and not self._stopped:
+            self._wake.wait(until - now)
 
     def send(self, states: dict | None = None) -> None:
         """Send what the page shows to the pages that follow the run, if it changed

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from ..ring.report import REPORT_EVERY
 
@@ -21,6 +21,10 @@ HISTORY = 120  # points of each chart
 # the call that made a batch, by the type of its result object
 CALLS = {"MapResult": "map", "ApplyResult": "apply_async", "IMapIterator": "imap",
          "IMapUnorderedIterator": "imap_unordered"}
+
+
+def _nothing() -> None:
+    pass
 
 
 class Batch:
@@ -115,6 +119,9 @@ class Registry:
         self.rings: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self._gone_done = 0  # the tasks done by pools that are gone
         self.events = 0  # events heard
+        # told of each event heard and each change of a queue's state (the monitor's wake):
+        # called on the thread of the change, it must return at once
+        self.changed: Callable[[], None] = _nothing
         self._names = collections.defaultdict(lambda: itertools.count(1))
 
     @property
@@ -131,6 +138,7 @@ class Registry:
             with self.lock:
                 handler(*details)
                 self.events += 1
+            self.changed()
 
     # -- events ----------------------------------------------------------------------------
     def on_process(self, process: Any) -> None:
@@ -191,6 +199,10 @@ class Registry:
 
     def on_queue(self, queue: Any) -> None:
         self.queues[id(queue)] = queue
+        queue._servant.watcher = self._queue_changed
+
+    def _queue_changed(self) -> None:
+        self.changed()
 
     def on_manager(self, manager: Any) -> None:
         self.managers[id(manager)] = manager

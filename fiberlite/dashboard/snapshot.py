@@ -104,6 +104,12 @@ def progress(registry: Registry) -> dict:
         return {"time": time.time(), "tasks_done": registry.tasks_done, "pools": pools}
 
 
+def calls_running(registry: Registry) -> bool:
+    """Whether a pool call was still running when last looked at."""
+    with registry.lock:
+        return any(b.finished is None for p in registry.pools for b in p.batches)
+
+
 def manager_rows(registry: Registry) -> list[dict]:
     rows = []
     for manager in list(registry.managers.values()):

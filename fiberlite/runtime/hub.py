@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from . import exit_order, identity
 from .limits import raise_open_file_limit
@@ -414,7 +414,12 @@ def _owned(args: tuple) -> tuple:
 
 
 class LockedServant(Servant):
-    """A servant whose operations run under one lock, replying after releasing it."""
+    """A servant whose operations run under one lock, replying after releasing it.
+
+    Its ``watcher``, when set (the dashboard's, for a queue), is called after each
+    operation or expiry that may have changed its state: it must return at once."""
+
+    watcher: Callable[[], None] | None = None
 
     def __init__(self) -> None:
         import threading as _threading
@@ -424,6 +429,8 @@ class LockedServant(Servant):
     def run_actions(self, actions) -> None:
         for action in actions:
             action()
+        if self.watcher is not None:
+            self.watcher()
 
     def schedule_expiry(self, timeout: float, waiter, waiters, error) -> Any:
         """Answer ``waiter`` with ``error()`` (or False for a poll) after ``timeout`` seconds."""
@@ -440,4 +447,5 @@ class LockedServant(Servant):
                 waiter.request.reply(False)
             else:
                 waiter.request.fail(error())
+            self.run_actions(())
         return self._scheduler.call_later(timeout, expire)
