@@ -2,8 +2,8 @@
 
 A master (a child process of this script) runs ``Pool(4).map`` over 1,000 tasks of
 ``--task-ms`` milliseconds, with the dashboard off, and on with the page open: a
-reader process following ``/api/events`` (the data pushed at each change, looked for
-every 0.5 s), as the page's script does, or with
+reader process following ``/api/events`` (the data pushed at each change), as the
+page's script does, or with
 ``--browser`` the page itself in headless Chromium (selenium; Debian's ``chromium`` and
 ``chromium-driver``). The master's own CPU time (its process CPU clock, every thread of the
 master and only the master: not its workers, not the reader) during the map is

@@ -11,14 +11,16 @@ last whole data.
 """
 from __future__ import annotations
 
-import json
 import threading
 from typing import Any, Callable
 
+import orjson
+
 
 def encode(data: Any) -> bytes:
-    """``data`` as compact JSON."""
-    return json.dumps(data, default=str, separators=(",", ":")).encode()
+    """``data`` as compact JSON (what it cannot encode as its text; a number that
+    JSON has not, such as infinity, as null)."""
+    return orjson.dumps(data, default=str, option=orjson.OPT_NON_STR_KEYS)
 
 
 class Follower:

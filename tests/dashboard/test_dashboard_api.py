@@ -155,6 +155,18 @@ def test_read_only_and_unknown_paths(live_run):
     assert live_run.url.startswith("http://127.0.0.1:")
 
 
+def test_the_data_is_strict_json_whatever_it_holds():
+    from fiberlite.dashboard.push import encode
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd one"
+    data = {"rate": float("inf"), "none": float("nan"), 7: (1, 2.5), "what": Odd()}
+    # what a browser's JSON.parse takes: no Infinity or NaN, keys as text
+    decoded = json.loads(encode(data), parse_constant=lambda name: pytest.fail(name))
+    assert decoded == {"rate": None, "none": None, "7": [1, 2.5], "what": "odd one"}
+
+
 def run_snippet(code: str, **env: str) -> subprocess.CompletedProcess:
     import os
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -26,7 +26,7 @@ def browser():
 
 
 def text(browser, css: str) -> str:
-    """The text of what ``css`` selects, read at once (the page redraws twice a second)."""
+    """The text of what ``css`` selects, read at once (the page redraws at each update)."""
     return browser.execute_script(
         "return Array.from(document.querySelectorAll(arguments[0]))"
         ".map((e) => e.textContent).join(' ')", css)
@@ -63,8 +63,9 @@ def test_page_follows_a_live_run(browser, screenshot):
         wait_for(browser, lambda b: "Pool-1" in text(b, "#pool-list"))
         assert "4 of 4 workers" in text(browser, "#pool-list")
 
-        # a change shows at the page's next update (every 0.5 s), without a reload: the
-        # update under way when the item was put may miss it, the one after may not
+        # a change shows at the page's next update (the master pushes it as it happens),
+        # without a reload: the update under way when the item was put may miss it, the
+        # one after may not
         def queue_and_draws(b) -> tuple[str, int]:
             return tuple(b.execute_script(
                 "return [document.querySelector('#queues tbody td:nth-child(2)').textContent,"
