@@ -109,11 +109,13 @@ class Monitor:
             self._awake = True
             now = time.monotonic()
             try:
+                sample = now >= next_tick
+                if sample:  # (measuring can take long: a page may start to follow meanwhile)
+                    next_tick = now + TICK
+                    self._poked = False
+                    self.tick()
                 with self._sending:
-                    if now >= next_tick:
-                        next_tick = now + TICK
-                        self._poked = False
-                        self.tick()
+                    if sample:
                         if self.followers:
                             self.send(self.meter.states)  # the jobs' states, just found
                         next_progress = self._next_progress(now, next_tick)
