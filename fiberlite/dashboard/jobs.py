@@ -154,12 +154,16 @@ def host_of(record: JobRecord) -> str:
 def state_of(record: JobRecord) -> tuple[str, int | None]:
     launch = record.launch
     code = launch.returncode if launch.returncode is not None else launch.job.exitcode
+    if code is None and launch.channel.lost.is_set():
+        code = launch.channel.reported  # told by the job as it exited (None if killed)
     if code is not None:
         return "exited", code
     try:
         state = record.backend.status(launch.job).value
     except Exception:
         state = "unknown"
+    if state == "running" and launch.channel.lost.is_set():
+        state = "exiting"  # its connection ended, its exit code not known yet (killed?)
     return state, None
 
 

@@ -2,11 +2,11 @@
 adds a point to each chart every two seconds and sends the page's data, if it changed,
 to the pages that follow the run (:mod:`.push`), all on one thread. In between it
 sleeps until something happens that the progress of the run does not explain: an event
-the registry heard (a job, pool, call, error, lost worker...) or a queue's change wakes
-it (:attr:`.Registry.changed`), and the data goes out at once (no sooner than half a
-second after the last message for a change). While calls run, once a second, the counts
-they move (tasks done, rates, time left) go out alone, a small part of the data that is
-cheap to build. Nobody looking: it sleeps, and only a look wakes it."""
+the registry heard (a job started or ended, a pool, call, error, lost worker...) or a
+queue's change wakes it (:attr:`.Registry.changed`), and the data goes out at once (no
+sooner than half a second after the last message for a change). While calls run, once
+a second, the counts they move (tasks done, rates, time left) go out alone, a small part
+of the data that is cheap to build. Nobody looking: it sleeps, and only a look wakes it."""
 from __future__ import annotations
 
 import collections

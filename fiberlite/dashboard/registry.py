@@ -144,6 +144,7 @@ class Registry:
     def on_process(self, process: Any) -> None:
         record = JobRecord(process)
         self.jobs[record.name] = record
+        record.launch.channel.watcher = self._job_ended
         if len(self.jobs) > KEEP_JOBS:
             for name, old in list(self.jobs.items()):
                 if old.launch.returncode is not None:
@@ -203,6 +204,13 @@ class Registry:
 
     def _queue_changed(self) -> None:
         self.changed()
+
+    def _job_ended(self) -> None:
+        self("job_ended")
+
+    def on_job_ended(self) -> None:
+        """A job's connection ended: it exited or is exiting (an event, so that the page
+        shows its state at once)."""
 
     def on_manager(self, manager: Any) -> None:
         self.managers[id(manager)] = manager
