@@ -37,7 +37,12 @@ class Servant:
 
     Handlers run on the hub's thread (remote calls) or the caller's (local calls):
     they must never block; to wait, keep the request and answer it later.
+
+    Its ``watcher``, when set (the dashboard's), is called by :meth:`tell_watcher` after a
+    change of its state that someone outside may want to show: it must return at once.
     """
+
+    watcher: Callable[[], None] | None = None
 
     def dispatch(self, request: Any, method: str, args: tuple) -> None:
         handler = getattr(self, "op_" + method, None)
@@ -48,6 +53,11 @@ class Servant:
 
     def peer_lost(self, peer: int) -> None:
         """The connection of ``peer`` ended: forget what it held or waited for."""
+
+    def tell_watcher(self) -> None:
+        """Tell the watcher, if any, that the servant's state changed."""
+        if self.watcher is not None:
+            self.watcher()
 
 
 class LocalRequest:
@@ -414,12 +424,8 @@ def _owned(args: tuple) -> tuple:
 
 
 class LockedServant(Servant):
-    """A servant whose operations run under one lock, replying after releasing it.
-
-    Its ``watcher``, when set (the dashboard's, for a queue), is called after each
-    operation or expiry that may have changed its state: it must return at once."""
-
-    watcher: Callable[[], None] | None = None
+    """A servant whose operations run under one lock, replying after releasing it; its
+    watcher is told after each operation or expiry that may have changed its state."""
 
     def __init__(self) -> None:
         import threading as _threading
@@ -429,8 +435,7 @@ class LockedServant(Servant):
     def run_actions(self, actions) -> None:
         for action in actions:
             action()
-        if self.watcher is not None:
-            self.watcher()
+        self.tell_watcher()
 
     def schedule_expiry(self, timeout: float, waiter, waiters, error) -> Any:
         """Answer ``waiter`` with ``error()`` (or False for a poll) after ``timeout`` seconds."""

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any
 
 from .. import config
 from . import exit_order, identity
@@ -30,11 +30,8 @@ BOOTSTRAP = ["python", "-m", "fiberlite.runtime.bootstrap"]
 
 
 class JobChannel(Servant):
-    """The parent's end of one job: hands over the Process once, records its exit code.
-    Its ``watcher``, when set (the dashboard's), is called when the job's connection
-    ends (the job exited or is exiting): it must return at once."""
-
-    watcher: Callable[[], None] | None = None
+    """The parent's end of one job: hands over the Process once, records its exit code;
+    its watcher is told when the job's connection ends (the job exited or is exiting)."""
 
     def __init__(self, preparation: Payload, process: Payload, exports: list) -> None:
         self._parts: tuple | None = (preparation, process)
@@ -61,8 +58,7 @@ class JobChannel(Servant):
         if peer == self.peer:
             self.lost.set()
             self.release_exports()
-            if self.watcher is not None:
-                self.watcher()
+            self.tell_watcher()
 
     def release_exports(self) -> None:
         """The job has ended: pipe ends it never unpickled no longer hold their pipe open."""
