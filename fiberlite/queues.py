@@ -8,19 +8,20 @@ to land before it exits, and ``join_thread()`` waits for them too.
 
 An unbounded queue that one job alone gets from, or (but for a JoinableQueue) that
 one job alone puts into while its creator gets, is linked to that job
-(:mod:`fiberlite.runtime.pipelink`): items then travel straight between the two processes.
+(:mod:`fiberlite.runtime.links`): items then travel straight between the two processes.
+Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.route`).
 """
 from __future__ import annotations
 
 import queue
-import time
 from typing import Any
 
 from . import observe
-from .runtime import handles, pipelink
-from .runtime.channel import Channel
+from .runtime import handles
 from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
-from .runtime.linkhost import LinkingServant
+from .runtime.links import route
+from .runtime.links.channel import Channel
+from .runtime.links.servant import LinkingServant
 from .wire.codec import Payload
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
@@ -62,6 +63,21 @@ class QueueServant(LinkingServant):
             return PUT not in self.links and not waiting and not self.channel.held and not self.channel.lent
         # this process is the only one getting
         return GET not in self.links and all(w.request.peer == LOCAL_PEER for w in waiting)
+
+    # -- the route's operations (fiberlite.runtime.links.route) ---------------------------------
+    def op_send(self, request, slot: str, payload: Payload) -> None:
+        self.op_put(request, payload)
+
+    def op_receive(self, request, slot: str, block: bool = True, timeout: float | None = None) -> None:
+        self.op_get(request, block, timeout)
+
+    def send_local(self, slot: str, payload: Payload) -> bool:
+        """A put of this process, straight over the link of the job that alone gets."""
+        return self.forward_local(GET, payload)
+
+    def receive_local(self, slot: str, timeout: float | None = None, peek: bool = False) -> Any:
+        """A get of this process, straight from the link of the job that alone puts."""
+        return self.receive_returned(PUT, timeout, peek)
 
     def op_put(self, request, payload: Payload, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
@@ -150,12 +166,12 @@ class Queue:
         if self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
         else:  # an unbounded queue never makes a put wait
-            _put(self, Payload.pack(obj))
+            route.send(self._ref, PUT, self._servant, Payload.pack(obj))
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return an item; wait up to ``timeout`` (``queue.Empty`` after)."""
         self._check_open()
-        return _get(self, block, timeout).unpack()
+        return route.receive(self._ref, GET, self._servant, block, timeout).unpack()
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -224,11 +240,11 @@ class SimpleQueue:
 
     def put(self, obj: Any) -> None:
         self._check_open()
-        _put(self, Payload.pack(obj))
+        route.send(self._ref, PUT, self._servant, Payload.pack(obj))
 
     def get(self) -> Any:
         self._check_open()
-        return _get(self, True, None).unpack()
+        return route.receive(self._ref, GET, self._servant).unpack()
 
     def empty(self) -> bool:
         return self._ref.call("qsize") == 0
@@ -250,51 +266,3 @@ def _rebuild(cls: type, ref: ObjectRef, maxsize: int) -> Any:
     handles.loaded(obj, ref)
     return obj
 
-
-def _put(handle: Any, payload: Payload) -> None:
-    """Put on an unbounded queue: over a link if there is one, else a one-way request."""
-    ref, servant = handle._ref, handle._servant
-    reader = pipelink.reader_of(ref, PUT)
-    if reader is not None:
-        try:
-            return reader.send(payload)
-        except pipelink.Unlinked:
-            reader.wait_done()
-    elif servant is not None:
-        if servant.forward_local(GET, payload):
-            return
-    ref.cast("put", payload, True, None)
-    if servant is None:
-        pipelink.used_through_hub(ref, PUT)
-
-
-def _get(handle: Any, block: bool, timeout: float | None) -> Payload:
-    """Take the next item: from a link if there is one, else through the hub."""
-    ref, servant = handle._ref, handle._servant
-    wait = timeout if block else 0.0
-    deadline = None if wait is None else time.monotonic() + max(0.0, wait)
-    while True:
-        reader = pipelink.reader_of(ref, GET)
-        if reader is not None:
-            try:
-                payload = reader.receive(wait)
-            except pipelink.Unlinked:
-                reader.wait_done()
-            else:
-                if payload is None:
-                    raise Empty
-                return payload
-        elif servant is not None:
-            payload = servant.receive_returned(PUT, wait)
-            if payload is False:
-                raise Empty
-            if payload is not None:
-                return payload
-        payload = pipelink.got_through_hub(ref, GET, ref.call("get", block, wait))
-        if payload is not pipelink.RETRY:  # (RETRY: a link was made meanwhile)
-            break
-        if deadline is not None:
-            wait = max(0.0, deadline - time.monotonic())
-    if servant is None:
-        pipelink.used_through_hub(ref, GET)
-    return payload

@@ -1,7 +1,7 @@
 """Targets for the pipe-link tests: jobs that read a pipe end long enough to be linked."""
 from __future__ import annotations
 
-from fiberlite.runtime import pipelink
+from fiberlite.runtime.links import reader as pipelink
 from fiberlite.connection import wait
 
 LINKING_READS = pipelink.LINK_AFTER + 2  # reads after which a job's end is linked
@@ -192,15 +192,15 @@ def relay_noting(source, results, tag, pause: float, note_path: str, joinable: b
     (it outlives a SIGKILL), before its receipt is sent: what this job may have got and
     not passed on."""
     import os
-    from fiberlite.runtime import pipelink
+    from fiberlite.runtime.links import route
     note = os.open(note_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    through_hub = pipelink.got_through_hub
+    through_hub = route.got_through_hub
 
     def noting(ref, slot, reply):
         if type(reply) is tuple:
             os.write(note, b"%r\n" % (reply[1].unpack(),))
         return through_hub(ref, slot, reply)
-    pipelink.got_through_hub = noting
+    route.got_through_hub = noting
     results.put((READY, tag))
     if hasattr(source, "get"):
         _relay(source.get, results, tag, pause, source.task_done if joinable else None)

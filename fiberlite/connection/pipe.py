@@ -6,7 +6,8 @@ each end (a Connection closes when it is collected, as in ``multiprocessing``); 
 every holder of one end has closed it (or exited), the other end reads what is left
 and then gets ``EOFError``, and writing to it raises ``BrokenPipeError``. When neither
 end is held any more, the pipe leaves its hub. An end read by one other job alone is
-linked to it (:mod:`fiberlite.runtime.pipelink`): what is sent to it goes straight to that job.
+linked to it (:mod:`fiberlite.runtime.links`): what is sent to it goes straight to that job.
+Sends and receives take the route a ``Queue`` takes (:mod:`fiberlite.runtime.links.route`).
 
 The pipe's hub side is :mod:`fiberlite.connection.servant`; what makes
 ``Connection.fileno()`` readable, :mod:`fiberlite.connection.readiness`; waiting on
@@ -15,11 +16,10 @@ several connections at once, :func:`fiberlite.connection.wait`.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from ..errors import BufferTooShort
-from ..runtime import pipelink
+from ..runtime.links import reader as links, route
 from ..runtime.finalizing import CastQueue
 from ..runtime.handles import job_exports
 from ..runtime.hub import ObjectRef, get_hub
@@ -97,7 +97,7 @@ class Connection:
         costs one more round trip to the pipe (to learn whether more is left)."""
         self._check_closed()
         if self._signal is None:
-            pipelink.unlink_own(self._ref, self._end)  # readiness is the pipe's to tell
+            links.unlink_own(self._ref, self._end)  # readiness is the pipe's to tell
             self._signal = _ReadySignal(self._ref, self._end, watch=self._readable)
         return self._signal.fd
 
@@ -107,7 +107,7 @@ class Connection:
         if not self._closed:
             self._closed = True
             try:
-                pipelink.unlink_own(self._ref, self._end)  # what is unread stays in the pipe
+                links.unlink_own(self._ref, self._end)  # what is unread stays in the pipe
                 self._ref.call("close", self._end)
             except (ConnectionError, ReferenceError):
                 pass
@@ -125,16 +125,7 @@ class Connection:
 
     def _send(self, payload: Payload) -> None:
         self._check_writable()
-        reader = pipelink.reader_of(self._ref, self._end)
-        if reader is not None:  # linked: over the link, after what was sent over it before
-            try:
-                return reader.send(payload)
-            except pipelink.Unlinked:
-                reader.wait_done()
-        elif (self._servant is not None or self._ref.is_local) and \
-                self._local_servant().send_local(self._end, payload):
-            return
-        self._ref.cast("send", self._end, payload)
+        route.send(self._ref, self._end, self._owner_servant(), payload)
 
     def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
         """Send bytes from a bytes-like object (a slice of it with ``offset``/``size``)."""
@@ -156,9 +147,10 @@ class Connection:
         self._send(Payload.raw(bytes(view[offset:offset + size])))
 
     # -- receiving -----------------------------------------------------------------------
-    def _local_servant(self) -> PipeServant:
+    def _owner_servant(self) -> "PipeServant | None":
+        """The pipe's servant when it lives in this process, else None."""
         servant = self._servant
-        if servant is None:
+        if servant is None and self._ref.is_local:
             servant = get_hub().servant(self._ref.oid)
             if servant is None:
                 raise ReferenceError(f"pipe {self._ref.oid} no longer exists in this process")
@@ -167,24 +159,10 @@ class Connection:
 
     def _receive(self) -> Payload:
         self._check_readable()
-        while True:
-            reader = pipelink.reader_of(self._ref, self._end)
-            if reader is not None:
-                try:
-                    return reader.receive()
-                except pipelink.Unlinked:
-                    reader.wait_done()  # what it had not read is back with the pipe
-            elif self._servant is not None or self._ref.is_local:
-                payload = self._local_servant().receive_linked(self._end)
-                if payload is not None:
-                    return payload
-            payload = pipelink.got_through_hub(self._ref, self._end, self._ref.call("recv", self._end))
-            if payload is not pipelink.RETRY:  # (RETRY: a link was made meanwhile)
-                break
+        payload = route.receive(self._ref, self._end, self._owner_servant(),
+                                may_link=self._signal is None)  # (readiness is the pipe's to tell)
         if self._signal is not None:
             self._signal.rearm()
-        elif not self._ref.is_local:
-            pipelink.used_through_hub(self._ref, self._end)
         return payload
 
     def recv(self) -> Any:
@@ -217,23 +195,7 @@ class Connection:
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether there is something to read (or EOF), waiting up to ``timeout`` (None: forever)."""
         self._check_readable()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            reader = pipelink.reader_of(self._ref, self._end)
-            if reader is not None:
-                try:
-                    return reader.poll(timeout)
-                except pipelink.Unlinked:
-                    reader.wait_done()
-            elif self._ref.is_local:
-                ready = self._local_servant().receive_linked(self._end, timeout, peek=True)
-                if ready is not None:
-                    return ready
-            ready = self._ref.call("poll", self._end, timeout)
-            if ready is not pipelink.RETRY:
-                return ready
-            if deadline is not None:
-                timeout = max(0.0, deadline - time.monotonic())
+        return route.poll(self._ref, self._end, self._owner_servant(), timeout)
 
     def __repr__(self) -> str:
         return f"<Connection end={self._end} of {self._ref}{' closed' if self._closed else ''}>"

@@ -3,7 +3,7 @@ channels of a pipe and the processes that hold each of its ends.
 
 It lives in the hub of the process that created the pipe and serves the
 ``Connection`` objects of :mod:`fiberlite.connection.pipe`, in any job; an end read by
-one other job alone is linked to it (:mod:`fiberlite.runtime.linkhost`). It tells the
+one other job alone is linked to it (:mod:`fiberlite.runtime.links.servant`). It tells the
 watchers of an end when it becomes readable (:mod:`fiberlite.connection.readiness`).
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from ..runtime.channel import Channel
 from ..runtime.hub import LOCAL_PEER, ObjectRef, get_hub
-from ..runtime.linkhost import LinkingServant
+from ..runtime.links.channel import Channel
+from ..runtime.links.servant import LinkingServant
 from ..wire.codec import Payload
 from .readiness import _tell_ready
 
@@ -34,9 +34,8 @@ class PipeServant(LinkingServant):
         self.pending: tuple[set[bytes], set[bytes]] = (set(), set())
         # wait() calls to tell when an end becomes readable: end -> {token: readiness ref}
         self.watchers: tuple[dict, dict] = ({}, {})
-        if not duplex:
-            self.never_link.add(1)  # end 1 only writes: nobody reads it
-            self.inbox[1].close_writers()
+        if not duplex:  # end 1 only writes: nobody reads it (a job that holds it may
+            self.inbox[1].close_writers()  # still be linked: what it sends comes back)
 
     def op_send(self, request, end: int, payload: Payload) -> None:
         target = 1 - end
@@ -62,12 +61,12 @@ class PipeServant(LinkingServant):
             return False
         return self.forward_local(1 - end, payload)
 
-    def receive_linked(self, end: int, timeout: float | None = None, peek: bool = False) -> Any:
+    def receive_local(self, end: int, timeout: float | None = None, peek: bool = False) -> Any:
         """Read ``end`` in this process from the link of the job that writes into it
-        (see :meth:`~fiberlite.runtime.linkhost.LinkingServant.receive_returned`)."""
+        (see :meth:`~fiberlite.runtime.links.servant.LinkingServant.receive_returned`)."""
         return self.receive_returned(1 - end, timeout, peek)
 
-    # -- links (fiberlite.runtime.linkhost): a slot is the end the job reads ---------------------------
+    # -- links (fiberlite.runtime.links.servant): a slot is the end the job reads ---------------------------
     def _forward_channel(self, end: int) -> Channel:
         return self.inbox[end]
 
@@ -124,10 +123,10 @@ class PipeServant(LinkingServant):
             actions += self._unlink(1 - end)
         return actions
 
-    def op_recv(self, request, end: int) -> None:
+    def op_receive(self, request, end: int, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
             actions = self._other_reader(request, end)
-            actions += self.inbox[end].get(request, True, None, self.schedule_expiry)
+            actions += self.inbox[end].get(request, block, timeout, self.schedule_expiry)
         self.run_actions(actions)
 
     def op_poll(self, request, end: int, timeout: float | None) -> None:

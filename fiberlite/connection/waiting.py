@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ..runtime import pipelink
+from ..runtime.links.reader import unlink_own
 from .pipe import Connection
 from .readiness import _readiness_mailbox, _wait_ids
 
@@ -35,7 +35,7 @@ def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
         return os_wait(others, timeout)
     for conn in conns:
         conn._check_readable()
-        pipelink.unlink_own(conn._ref, conn._end)
+        unlink_own(conn._ref, conn._end)
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     mailbox, mailbox_ref = _readiness_mailbox()
     wait_id = next(_wait_ids)

@@ -17,7 +17,6 @@ import threading
 import weakref
 from typing import Any
 
-import pynng
 
 from ..errors import ConnectionLost, RemoteTraceback
 from ..runtime.finalizing import CastQueue
@@ -100,7 +99,7 @@ def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
     except OtherServer:  # the manager listening at address now is a live one
         raise _gone(address, f"another manager now listens at {address} and does not hold "
                              "its objects") from None
-    except (ConnectionError, pynng.NNGException) as exc:
+    except ConnectionError as exc:
         _dead.add(address)
         raise _gone(address, exc) from exc
 

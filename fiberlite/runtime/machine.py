@@ -10,6 +10,9 @@ import functools
 import os
 import socket
 
+from ..wire.binding import LOOPBACK
+from ..wire.tls import host_port
+
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 NETWORK_NAMESPACE = "/proc/self/ns/net"
 
@@ -25,3 +28,9 @@ def machine_id() -> str:
     except OSError:
         return f"host:{socket.gethostname()}"
     return f"{boot}/{namespace}"
+
+
+def same_machine(address: str) -> bool:
+    """Whether the process listening at ``address`` (a hub's) shares this machine and its
+    network namespace, so that a Unix socket reaches it: an address on loopback."""
+    return host_port(address)[0].strip("[]") in LOOPBACK

@@ -125,7 +125,10 @@ class Client:
             return self._idle.pop()
         except IndexError:
             pass
-        ctx = self._guard.open_context(Io)
+        try:
+            ctx = self._guard.open_context(Io)
+        except pynng.NNGException:  # the socket closed meanwhile
+            ctx = None
         if ctx is None:
             raise self._lost_error()
         return ctx

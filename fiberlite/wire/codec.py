@@ -339,6 +339,14 @@ def encode(obj: Any, flags: int = 0) -> bytes | Message:
 
     An envelope (a tuple) carrying a small :class:`Payload` sends it as its bytes
     after the envelope (:data:`INLINE`)."""
+    frame = encode_parts(obj, flags)
+    return frame if type(frame) is bytes else join_message(frame)
+
+
+def encode_parts(obj: Any, flags: int = 0) -> bytes | tuple:
+    """As :func:`encode`, but a frame with out-of-band buffers is left in its parts (a
+    tuple: the header, the pickle, then the buffers, read in place), for a transport
+    that sends parts without joining them first."""
     if type(obj) is tuple:
         place = _inline_place(obj)
         if place is not None:
@@ -349,16 +357,21 @@ def encode(obj: Any, flags: int = 0) -> bytes | Message:
         return _COUNT.pack(flags) + main
     views = [memoryview(b.raw()) for b in buffers]
     head = _COUNT.pack(flags | len(views)) + b"".join(_LENGTH.pack(v.nbytes) for v in views)
-    total = len(head) + len(main) + sum(v.nbytes for v in views)
+    return (head, main, *views)
+
+
+def join_message(parts: tuple) -> Message:
+    """One nng message holding ``parts`` (bytes-like) one after the other: one copy each."""
+    views = [memoryview(part).cast("B") for part in parts]
+    total = sum(v.nbytes for v in views)
     msg_p = ffi.new("nng_msg **")
     if lib.nng_msg_alloc(msg_p, total) != 0:
         raise MemoryError(f"cannot allocate a message of {total} bytes")
     body = ffi.cast("char *", lib.nng_msg_body(msg_p[0]))
     offset = 0
-    for part in (head, main, *views):
-        n = len(part) if isinstance(part, bytes) else part.nbytes
-        ffi.memmove(body + offset, ffi.from_buffer(part), n)
-        offset += n
+    for view in views:
+        ffi.memmove(body + offset, ffi.from_buffer(view), view.nbytes)
+        offset += view.nbytes
     return Message(msg_p[0])
 
 

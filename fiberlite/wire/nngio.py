@@ -16,7 +16,7 @@ import pynng
 from pynng._nng import ffi, lib
 from pynng.exceptions import check_err
 
-from .codec import ZERO_COPY_MIN
+from .codec import ZERO_COPY_MIN, join_message
 
 
 def _new_aio():
@@ -136,7 +136,9 @@ class TimedAio:
 
 def message_of(frame):
     """An ``nng_msg`` for sending ``frame``: a ``pynng.Message``'s own (nng owns it from
-    now on), or a new one holding a copy of the bytes."""
+    now on), or a new one holding a copy of the bytes (or of the parts of a tuple)."""
+    if type(frame) is tuple:
+        frame = join_message(frame)
     if isinstance(frame, pynng.Message):
         with frame._mem_freed_lock:
             frame._ensure_can_send()

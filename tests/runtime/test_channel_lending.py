@@ -3,7 +3,7 @@ lent when the job's connection ends goes back to the front, in its order, for th
 reader; what was confirmed does not; the owner's own reads borrow nothing."""
 from __future__ import annotations
 
-from fiberlite.runtime.channel import Channel
+from fiberlite.runtime.links.channel import Channel
 from fiberlite.runtime.hub import LOCAL_PEER
 
 

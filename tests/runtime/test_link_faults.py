@@ -18,7 +18,7 @@ import pytest
 
 import fiberlite
 import link_jobs
-from fiberlite.runtime import pipelink
+from fiberlite.runtime.links import reader as pipelink
 from fiberlite.runtime.hub import get_hub
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""Pipe ends linked to the job that reads them (fiberlite.runtime.pipelink): the fast path must
+"""Pipe ends linked to the job that reads them (fiberlite.runtime.links): the fast path must
 keep every guarantee of a pipe read through its hub."""
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ import pytest
 
 import fiberlite
 import link_jobs
-from fiberlite.runtime import pipelink, identity
+from fiberlite.runtime import identity
+from fiberlite.runtime.links import forwarder, frames
+from fiberlite.runtime.links import reader as pipelink
 from fiberlite.errors import AuthenticationError
 from fiberlite.runtime.hub import get_hub
-from fiberlite.wire import link as link_module
-from fiberlite.wire.link import Link
+from fiberlite.wire import link as links
+from fiberlite.wire.link.local import SCHEME as LOCAL, available
 from fiberlite.wire.tls import host_port
 from unpickle_trap import Trace
 
@@ -43,7 +45,7 @@ def test_reader_job_is_linked_and_both_directions_keep_order():
     p = fiberlite.Process(target=link_jobs.echo_then_report, args=(b, 200))
     p.start()
     _echo(a, range(ROUNDS))
-    assert _link_state(a, 1) == pipelink.LINKED
+    assert _link_state(a, 1) == forwarder.LINKED
     _echo(a, range(ROUNDS, 200))
     assert a.recv() == ("linked", True)
     p.join()
@@ -56,7 +58,7 @@ def test_a_job_on_this_machine_is_linked_over_a_unix_socket():
     p = fiberlite.Process(target=link_jobs.echo_then_report_transport, args=(b, ROUNDS))
     p.start()
     _echo(a, range(ROUNDS))
-    assert a.recv() == "abstract"
+    assert a.recv() == "local"
     p.join()
     assert p.exitcode == 0
 
@@ -66,7 +68,7 @@ def test_linked_pipe_carries_bytes_large_objects_and_polls():
     p = fiberlite.Process(target=link_jobs.echo_many_kinds, args=(b,))
     p.start()
     _echo(a, [("obj", i) for i in range(ROUNDS)])
-    assert _link_state(a, 1) == pipelink.LINKED
+    assert _link_state(a, 1) == forwarder.LINKED
     big = os.urandom(300_000)  # out of band, and used in place when received
     _echo(a, [("obj", big), ("obj", [big, {"k": big[:10]}]), ("obj", None)])
     a.send(("bytes", None))
@@ -180,7 +182,7 @@ def test_messages_beyond_what_a_link_holds_go_through_the_pipe_in_order():
     assert out.get(timeout=60) is True
     block = b"x" * 4096
     sent = []
-    while _link_state(a, 1) == pipelink.LINKED:  # the job reads nothing: the link fills up
+    while _link_state(a, 1) == forwarder.LINKED:  # the job reads nothing: the link fills up
         assert len(sent) < 100_000, "the link never filled up"
         sent.append(len(sent))
         a.send((sent[-1], block))
@@ -208,23 +210,21 @@ def test_an_end_held_by_another_job_is_not_linked():
 
 
 # -- the link's own handshake, on each transport a link uses ----------------------------------
-@pytest.fixture(params=["abstract", "tcp"])
-def transport(request, monkeypatch):
-    """Links listen on a Linux abstract socket (jobs of one machine) or on TCP."""
-    if request.param == "abstract" and not link_module.ABSTRACT_SOCKETS:
-        pytest.skip("abstract sockets are Linux's")
-    if request.param == "tcp":
-        monkeypatch.setattr(link_module, "ABSTRACT_SOCKETS", False)
+@pytest.fixture(params=["local", "tcp"])
+def transport(request):
+    """Links between jobs of one machine are Unix sockets, the others nng over TCP."""
+    if request.param == "local" and not available():
+        pytest.skip("local links are Linux's")
     return request.param
 
 
-def _listen(key: bytes, transport: str) -> Link:
-    link = Link.listen("127.0.0.1", key, use_tls=False)
-    assert link.address.startswith(transport + "://")
+def _listen(key: bytes, transport: str):
+    link = links.listen("127.0.0.1", key, use_tls=False, same_machine=transport == "local")
+    assert link.address.startswith(LOCAL if transport == "local" else "tcp://")
     return link
 
 
-def _accept_in_thread(link: Link, key: bytes) -> tuple[threading.Thread, list]:
+def _accept_in_thread(link, key: bytes) -> tuple[threading.Thread, list]:
     result: list = []
     thread = threading.Thread(target=lambda: result.append(link.accept(key)))
     thread.start()
@@ -236,7 +236,7 @@ def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
     listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
     with pytest.raises(AuthenticationError):
-        Link.dial(listener.address, os.urandom(32))
+        links.dial(listener.address, os.urandom(32))
     thread.join()
     assert accepted == [False]
     listener.close()
@@ -244,7 +244,7 @@ def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
     impostor = _listen(os.urandom(32), transport)
     thread, accepted = _accept_in_thread(impostor, os.urandom(32))
     with pytest.raises(AuthenticationError):
-        Link.dial(impostor.address, key)  # it cannot prove the run's key: nothing is sent to it
+        links.dial(impostor.address, key)  # it cannot prove the run's key: nothing is sent to it
     thread.join()
     impostor.close()
 
@@ -252,15 +252,16 @@ def test_a_link_peer_without_the_key_is_refused_both_ways(transport):
 def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, transport):
     key = identity.key()
     marker = tmp_path / "unpickled"
-    frame = pipelink.item_frame(fiberlite.wire.codec.Payload(pickle.dumps(Trace(str(marker)))))
-    listener = _listen(key, transport)
-    thread, accepted = _accept_in_thread(listener, key)
-    with pytest.raises(pynng.NNGException):   # an nng peer is closed before nng's greeting
-        with pynng.Pair0(dial=listener.address) as attacker:
-            attacker.send(frame)
-    thread.join()
-    assert accepted == [False]
-    listener.close()
+    frame = frames.item_frame(fiberlite.wire.codec.Payload(pickle.dumps(Trace(str(marker)))))
+    if transport == "tcp":
+        listener = _listen(key, transport)
+        thread, accepted = _accept_in_thread(listener, key)
+        with pytest.raises(pynng.NNGException):   # an nng peer is closed before nng's greeting
+            with pynng.Pair0(dial=listener.address) as attacker:
+                attacker.send(frame)
+        thread.join()
+        assert accepted == [False]
+        listener.close()
 
     listener = _listen(key, transport)
     thread, accepted = _accept_in_thread(listener, key)
@@ -277,16 +278,16 @@ def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, tra
 
 
 def _raw_connection(address: str) -> socket.socket:
-    if address.startswith("abstract://"):
+    if address.startswith(LOCAL):
         sock = socket.socket(socket.AF_UNIX)
-        sock.connect("\0" + address[len("abstract://"):])
+        sock.connect("\0" + address[len(LOCAL):])
         return sock
     return socket.create_connection(host_port(address), timeout=10)
 
 
 TLS_SCRIPT = """
 import fiberlite
-from fiberlite.runtime import pipelink
+from fiberlite.runtime.links import reader as pipelink
 
 def echo(conn):
     for _ in range(30):
@@ -317,15 +318,15 @@ def test_with_tls_the_link_uses_tls_too(tmp_path):
 
 def test_a_job_whose_pipe_owner_is_gone_drops_its_link_without_waiting():
     key = identity.key()
-    listener = Link.listen("127.0.0.1", key, use_tls=False)
+    listener = links.listen("127.0.0.1", key, use_tls=False, same_machine=available())
     thread, accepted = _accept_in_thread(listener, key)
-    owner_side = Link.dial(listener.address, key)
+    owner_side = links.dial(listener.address, key)
     thread.join()
     assert accepted == [True]
     gone = fiberlite.runtime.hub.ObjectRef("tcp://127.0.0.1:9", 1)  # nothing listens there
     reader = pipelink.LinkedReader(gone, 0, listener, token=12345)
     pipelink._readers[(gone.address, gone.oid, 0)] = reader
-    owner_side.send(pipelink.item_frame(fiberlite.wire.codec.Payload.pack("unread")))
+    owner_side.send(frames.item_frame(fiberlite.wire.codec.Payload.pack("unread")))
     pipelink.unlink_own(gone, 0)  # the owner cannot be asked: the job ends the link itself
     assert pipelink.reader_of(gone, 0) is None
     owner_side.close()

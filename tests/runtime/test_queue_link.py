@@ -1,12 +1,13 @@
 """Queues linked to the one job that gets from them, or that puts into them for their
-creator (fiberlite.runtime.pipelink): the fast path must keep every guarantee of a queue."""
+creator (fiberlite.runtime.links): the fast path must keep every guarantee of a queue."""
 from __future__ import annotations
 
 import pytest
 
 import fiberlite
 import link_jobs
-from fiberlite.runtime import pipelink
+from fiberlite.runtime.links import forwarder
+from fiberlite.runtime.links import reader as pipelink
 from fiberlite.runtime.hub import get_hub
 
 pytestmark = pytest.mark.timeout(90)
@@ -25,7 +26,7 @@ def test_a_consuming_job_is_linked_and_gets_everything_in_order():
     for i in range(300):
         q.put(i)
     assert out.get(timeout=60) == (list(range(300)), ["get"])
-    assert _links(q) == {"get": pipelink.LINKED}
+    assert _links(q) == {"get": forwarder.LINKED}
     stay.set()
     p.join()
 
@@ -127,7 +128,7 @@ def test_joinable_queue_counts_what_its_link_carries():
     for i in range(200):
         q.put(i)
     q.join()  # returns once the job marked every item done, linked or not
-    assert _links(q) == {"get": pipelink.LINKED}
+    assert _links(q) == {"get": forwarder.LINKED}
     p.join()
 
 
@@ -143,7 +144,7 @@ def test_a_bounded_queue_is_never_linked():
 
 
 def test_a_consumer_is_linked_again_once_the_competition_is_gone(monkeypatch):
-    from fiberlite.runtime import linkhost
+    from fiberlite.runtime.links import servant as linkhost
     monkeypatch.setattr(linkhost, "RELINK_QUIET", 0.2)  # (in this process, the queue's owner)
     q, out = fiberlite.Queue(), fiberlite.Queue()
     p = fiberlite.Process(target=link_jobs.report_links_while_getting, args=(q, out))

@@ -10,7 +10,7 @@ import pytest
 
 from fiberlite.ring.link import _bind
 from fiberlite.wire.binding import bind_host
-from fiberlite.wire.link import _listening
+from fiberlite.wire.link.nng import _listening
 from fiberlite.wire.server import Server
 
 KEY = b"k" * 32

@@ -21,6 +21,7 @@ from fiberlite.errors import ConnectionLost
 from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.runtime.hub import Hub, Servant
 from fiberlite.wire.client import Client
+from fiberlite.wire import link as links
 from fiberlite.wire.link import Link
 from fiberlite.wire.server import Server
 
@@ -135,18 +136,22 @@ def test_closing_either_end_wakes_a_caller_waiting_for_its_reply(use_tls, closed
         second.close()
 
 
-def linked_pair(use_tls: bool) -> tuple[Link, Link]:
-    reader = Link.listen("127.0.0.1", KEY, use_tls)
+TRANSPORTS = {"local": (False, True), "tcp": (False, False), "tls": (True, False)}
+
+
+def linked_pair(transport: str) -> tuple[Link, Link]:
+    use_tls, same_machine = TRANSPORTS[transport]
+    reader = links.listen("127.0.0.1", KEY, use_tls, same_machine)
     accepting = Blocked(lambda: reader.accept(KEY))
-    writer = Link.dial(reader.address, KEY)
+    writer = links.dial(reader.address, KEY)
     assert accepting.returned() is True
     return reader, writer
 
 
-@pytest.mark.parametrize("use_tls", [False, True], ids=["abstract", "tls"])
-def test_link_close_wakes_its_reader(use_tls, no_thread_left):
-    for i in range(rounds(150 if use_tls else 300)):
-        reader, writer = linked_pair(use_tls)
+@pytest.mark.parametrize("transport", list(TRANSPORTS))
+def test_link_close_wakes_its_reader(transport, no_thread_left):
+    for i in range(rounds(150 if transport == "tls" else 300)):
+        reader, writer = linked_pair(transport)
         first = threading.Event()
 
         def read_all():
@@ -165,11 +170,12 @@ def test_link_close_wakes_its_reader(use_tls, no_thread_left):
         writer.close()
 
 
-def test_link_close_wakes_a_sender_waiting_for_room(no_thread_left):
+@pytest.mark.parametrize("transport", ["local", "tcp"])
+def test_link_close_wakes_a_sender_waiting_for_room(transport, no_thread_left):
     frame = b"x" * 16
     for i in range(rounds(20)):
-        reader, writer = linked_pair(False)
-        while writer.send(frame):  # fills nng's queues (no reader takes anything)
+        reader, writer = linked_pair(transport)
+        while writer.send(frame):  # fills the link's queues (no reader takes anything)
             pass
         sending = Blocked(lambda: writer.send(frame, 60_000))
         pause(i)

@@ -14,9 +14,9 @@ import pytest
 
 from fiberlite.wire import client as client_module
 from fiberlite.wire import doorman
-from fiberlite.wire import link as link_module
+from fiberlite.wire.link import nng as link_module
 from fiberlite.wire.client import Client
-from fiberlite.wire.link import Link
+from fiberlite.wire.link.nng import NngLink as Link
 from fiberlite.wire.server import Server
 
 KEY = secrets.token_bytes(32)

@@ -57,7 +57,7 @@ def test_silent_connections_to_a_tls_listener_are_bounded_then_cut_off(tls_serve
 
 
 def test_silent_connections_to_a_tls_pipe_link_are_bounded_and_its_writer_links(tls_server):
-    from fiberlite.wire.link import Link
+    from fiberlite.wire.link.nng import NngLink as Link
     reader = Link.listen("127.0.0.1", KEY, True)
     host, port = tls.host_port(reader.address)
     silent = [socket.create_connection((host, port)) for _ in range(SILENT)]

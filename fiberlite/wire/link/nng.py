@@ -1,7 +1,7 @@
-"""A direct, authenticated nng PAIR connection between two processes.
+"""A link carried by an nng PAIR socket: any two processes that reach each other over TCP.
 
-The reading process listens (:meth:`Link.listen`), the writing one dials it
-(:meth:`Link.dial`); the two run :mod:`fiberlite.wire.auth` before anything else, and
+The reading process listens (:meth:`NngLink.listen`), the writing one dials it
+(:meth:`NngLink.dial`); the two run :mod:`fiberlite.wire.auth` before anything else, and
 the reader accepts no frame from a peer that has not proved it holds the run's key.
 Without TLS the handshake runs on the plain connection, before nng has it
 (:mod:`fiberlite.wire.doorman`); with TLS, as the first messages of nng's connection.
@@ -11,17 +11,18 @@ caller says (False: the link is full or gone).
 """
 from __future__ import annotations
 
-import sys
 import threading
+import time
 from typing import Callable
 
 import pynng
 from pynng._nng import ffi, lib
 
-from . import auth, doorman, tls, tls_watch
-from .binding import LOOPBACK, bind_host
-from .guard import CallGuard
-from .nngio import TimedAio, message_of, take_frame
+from .. import auth, doorman, tls, tls_watch
+from ..binding import bind_host
+from ..guard import CallGuard
+from ..nngio import TimedAio, message_of, take_frame
+from .base import ACK, LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
 
 HANDSHAKE_TIMEOUT_MS = 10_000
 # messages a sender queues (nng's largest queue) and a reader takes ahead: with the
@@ -32,7 +33,6 @@ RECEIVE_AHEAD = 128
 # the writer (dialing) side takes in up to this many frames: room for an acknowledgement of
 # every frame it may have sent, so that the reader never waits to acknowledge
 WRITER_RECEIVE_AHEAD = SEND_QUEUE
-ABSTRACT_SOCKETS = sys.platform.startswith("linux")  # nng's abstract:// transport
 
 
 def _socket(address_or_host: str, key: bytes, server: bool) -> pynng.Pair0:
@@ -51,18 +51,12 @@ def _listen_tls(sock: pynng.Pair0, host: str) -> str:
 
 
 def _listening(host: str):
-    """A plain listening socket for a writer that reaches this process at ``host``, and
-    its address: a Linux abstract socket when ``host`` is this machine's loopback (the
-    writer is on the same machine, and a Unix socket is cheaper than TCP), else TCP."""
-    if host in LOOPBACK and ABSTRACT_SOCKETS:
-        try:
-            return doorman.listen_abstract()
-        except OSError:
-            pass  # (abstract sockets refused here: TCP does the job)
+    """A plain TCP socket listening for a writer that reaches this process at ``host``,
+    and its address (a writer on this machine gets a local link instead)."""
     return doorman.listen_tcp(host)
 
 
-class Link:
+class NngLink(LossCallbacks):
     """One end of a PAIR connection, used by one receiving and one sending thread at a time."""
 
     def __init__(self, sock: pynng.Pair0) -> None:
@@ -83,20 +77,22 @@ class Link:
         # closing the socket wakes the threads waiting in it; the aios are freed once
         # none is inside nng any more
         self._guard = CallGuard(sock.close, self._free_aios)
+        self._acks = 0
 
     # -- making one ----------------------------------------------------------------------
     @classmethod
-    def listen(cls, host: str, key: bytes, use_tls: bool) -> "Link":
-        """A link waiting for its writer on ``host`` (its address: :attr:`address`): a
-        Linux abstract socket when ``host`` is this machine's loopback (the writer is on
-        the same machine, and a Unix socket is cheaper than TCP), else TCP (TLS with
-        ``use_tls``)."""
+    def listen(cls, host: str, key: bytes, use_tls: bool) -> "NngLink":
+        """A link waiting for its writer on ``host`` (its address: :attr:`address`), over
+        TCP (TLS with ``use_tls``)."""
         sock = _socket(tls.SCHEME if use_tls else tls.PLAIN, key, server=True)
         try:
             if use_tls:
                 address, listening = _listen_tls(sock, host), None
             else:
                 listening, address = _listening(host)
+        except pynng.NNGException as exc:
+            sock.close()
+            raise OSError(f"cannot listen for a link on {host}: {exc}") from None
         except BaseException:
             sock.close()
             raise
@@ -153,7 +149,7 @@ class Link:
         return data, pipe
 
     @classmethod
-    def dial(cls, address: str, key: bytes) -> "Link":
+    def dial(cls, address: str, key: bytes) -> "NngLink":
         """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
         :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
         sock = _socket(address, key, server=False)
@@ -218,15 +214,23 @@ class Link:
         return True
 
     def recv(self, timeout_ms: int = -1):
-        """The next frame; ``pynng.Timeout`` after ``timeout_ms`` (-1: never),
-        ``pynng.Canceled`` once :meth:`cancel` is called, ``pynng.Closed`` once closed."""
+        """The next frame; :class:`LinkTimeout` after ``timeout_ms`` (-1: never),
+        :class:`LinkCanceled` once :meth:`cancel` is called, :class:`LinkClosed` once
+        closed. Acknowledgements that come first are counted (:meth:`acknowledged`)."""
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         while True:
-            msg = self._receive(timeout_ms)
-            pipe = lib.nng_msg_get_pipe(msg)
-            if pipe.id == self._peer:
-                return take_frame(msg)
-            lib.nng_msg_free(msg)  # from a connection that never proved the key
-            lib.nng_pipe_close(pipe)
+            wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+            try:
+                msg = self._receive(wait)
+            except pynng.Timeout:
+                raise LinkTimeout from None
+            except pynng.Canceled:
+                raise LinkCanceled from None
+            except pynng.NNGException:
+                raise LinkClosed("the link is closed") from None
+            frame = self._take(msg)
+            if frame is not None:
+                return frame
 
     def recv_nowait(self):
         """The next frame if one has arrived, else None (no waiting, no aio)."""
@@ -235,15 +239,34 @@ class Link:
         try:
             holder = ffi.new("nng_msg **")
             while not lib.nng_recvmsg(self._nng_socket, holder, lib.NNG_FLAG_NONBLOCK):
-                msg = holder[0]
-                pipe = lib.nng_msg_get_pipe(msg)
-                if pipe.id == self._peer:
-                    return take_frame(msg)
-                lib.nng_msg_free(msg)  # from a connection that never proved the key
-                lib.nng_pipe_close(pipe)
+                frame = self._take(holder[0])
+                if frame is not None:
+                    return frame
             return None
         finally:
             self._guard.leave()
+
+    def _take(self, msg):
+        """The frame ``msg`` carries; None for an acknowledgement (counted) or a message
+        from a connection that never proved the key (dropped, and the connection closed)."""
+        pipe = lib.nng_msg_get_pipe(msg)
+        if pipe.id != self._peer:
+            lib.nng_msg_free(msg)
+            lib.nng_pipe_close(pipe)
+            return None
+        frame = take_frame(msg)
+        if len(frame) == 1 and bytes(frame) == ACK:
+            self._acks += 1
+            return None
+        return frame
+
+    def acknowledge(self, timeout_ms: int = 0) -> bool:
+        """Tell the peer one more frame is consumed: an acknowledgement in line."""
+        return self.send(ACK, timeout_ms)
+
+    def acknowledged(self) -> int:
+        """The acknowledgements read so far (they come in line, among the frames)."""
+        return self._acks
 
     def _receive(self, timeout_ms: int):
         """The next ``nng_msg`` (the caller frees it)."""
@@ -255,18 +278,10 @@ class Link:
             self._guard.leave()
 
     def cancel(self) -> None:
-        """Wake a thread blocked in :meth:`recv` (``pynng.Canceled``); nothing if none is."""
+        """Wake a thread blocked in :meth:`recv` (:class:`LinkCanceled`); nothing if none is."""
         with self._lock:
             if not self._closed:
                 lib.nng_aio_cancel(self._receiving.aio)
-
-    def on_lost(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (on a thread of its own) once the peer's connection ends."""
-        with self._lock:
-            if not self.lost:
-                self._lost_callbacks.append(callback)
-                return
-        callback()
 
     def _set_peer(self, pipe_id: int) -> bool:
         """``pipe_id`` is the peer's connection: False (and the link lost) if it ended
@@ -288,18 +303,12 @@ class Link:
                 return
             self.lost = True
             callbacks, self._lost_callbacks = self._lost_callbacks, []
-        if callbacks:  # nng's own thread: nothing that waits on nng runs here
-            threading.Thread(target=lambda: [cb() for cb in callbacks], daemon=True,
-                             name="fiberlite-link-lost").start()
+        self._call_lost(callbacks)  # (not on nng's own thread: nothing that waits on nng runs there)
 
     def close(self) -> None:
         """Close the link: a receive or send under way on another thread fails at once."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self.lost = True
-            self._lost_callbacks = []
+        if not self._mark_closed():
+            return
         self._unwatch()
         if self._door is not None:
             self._door.close()

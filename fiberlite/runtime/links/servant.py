@@ -1,4 +1,4 @@
-"""The owner's side of links (:mod:`fiberlite.runtime.pipelink`), for any servant made of channels.
+"""The owner's side of links (:mod:`.reader`), for any servant made of channels.
 
 A servant links a *slot* to one job: what it forwards is read by that job (the slot's
 *forward* channel, if any), what the job sends comes back over the link into the
@@ -12,10 +12,13 @@ import threading
 import time
 from typing import Any, Hashable
 
-from . import pipelink, identity
+from ...wire import link as links
+from ...wire.codec import Payload
+from .. import identity
+from ..hub import LOCAL_PEER, LockedServant, ObjectRef
 from .channel import Channel
-from .hub import LOCAL_PEER, LockedServant, ObjectRef
-from ..wire.codec import Payload
+from .forwarder import LINKED, LINKING, UNLINKING, Forwarder
+from .frames import END, EOF_FRAME, READY_FRAME, RETRY, Unlinked, item_frame
 
 
 RELINK_QUIET = 1.0  # seconds without another user before a slot is linked (again)
@@ -27,7 +30,7 @@ class LinkingServant(LockedServant):
 
     def __init__(self) -> None:
         super().__init__()
-        self.links: dict[Hashable, pipelink.Forwarder] = {}
+        self.links: dict[Hashable, Forwarder] = {}
         self.never_link: set = set()  # slots that cannot be linked (a bounded queue's, ...)
         # slot -> {peer: when it last used the slot through this servant}: a slot is linked
         # again once no other process has used it for RELINK_QUIET seconds
@@ -70,9 +73,9 @@ class LinkingServant(LockedServant):
         """Send ``payload`` over the link of ``slot``: True sent, None no link; False the
         link cannot take it (it is then being unlinked). The lock is held."""
         link = self.links.get(slot)
-        if link is None or link.state != pipelink.LINKED:
+        if link is None or link.state != LINKED:
             return None
-        if link.forward(pipelink.item_frame(payload), payload):
+        if link.forward(item_frame(payload), payload):
             self._forward_channel(slot).enqueued += 1  # type: ignore[union-attr]
             return True
         return False
@@ -97,20 +100,20 @@ class LinkingServant(LockedServant):
                       and slot not in self.never_link and not self._contested(slot, request.peer)
                       and self._may_link(slot, request.peer))
             if agreed:
-                forwarder = pipelink.Forwarder(request.peer, mailbox, token)
+                forwarder = Forwarder(request.peer, mailbox, token)
                 self.links[slot] = forwarder
         request.reply(agreed)
         if agreed:
             threading.Thread(target=self._connect_link, args=(slot, forwarder, address),
                              daemon=True, name="fiberlite-link").start()
 
-    def _connect_link(self, slot: Hashable, forwarder: pipelink.Forwarder, address: str) -> None:
+    def _connect_link(self, slot: Hashable, forwarder: Forwarder, address: str) -> None:
         try:
-            link = pipelink.Link.dial(address, identity.key())
+            link = links.dial(address, identity.key())
         except Exception:
             link = None
         with self._lock:
-            if self.links.get(slot) is not forwarder or link is None or not link.send(pipelink.READY_FRAME):
+            if self.links.get(slot) is not forwarder or link is None or not link.send(READY_FRAME):
                 if self.links.get(slot) is forwarder:
                     self._drop(slot)
                 if link is not None:
@@ -121,10 +124,10 @@ class LinkingServant(LockedServant):
             back = self._return_channel(slot)
             if back is not None:  # reads of this process waiting there read the link now
                 retry = back.take_getters(lambda r: r.peer == LOCAL_PEER)
-                actions += [lambda r=request: r.reply(pipelink.RETRY) for request in retry]
+                actions += [lambda r=request: r.reply(RETRY) for request in retry]
             ahead = self._forward_channel(slot)
             if ahead is not None:
-                while ahead.items and forwarder.forward(pipelink.item_frame(ahead.items[0]), ahead.items[0]):
+                while ahead.items and forwarder.forward(item_frame(ahead.items[0]), ahead.items[0]):
                     ahead.items.popleft()
                 if ahead.items:  # full already (a reader that stopped reading)
                     actions += self._unlink(slot)
@@ -137,8 +140,8 @@ class LinkingServant(LockedServant):
         """Tell the job linked to ``slot`` that its writers are gone, after what they sent."""
         link = self.links.get(slot)
         ahead = self._forward_channel(slot)
-        if link is not None and link.state == pipelink.LINKED and ahead is not None and ahead.writers_gone:
-            if not link.forward(pipelink.EOF_FRAME):
+        if link is not None and link.state == LINKED and ahead is not None and ahead.writers_gone:
+            if not link.forward(EOF_FRAME):
                 return self._unlink(slot)
         return []
 
@@ -150,12 +153,12 @@ class LinkingServant(LockedServant):
         """Stop forwarding to the job linked to ``slot`` and ask it for what it has not read;
         the slot's other readers wait until that is back (``relinquish``). The lock is held."""
         link = self.links.get(slot)
-        if link is None or link.state == pipelink.UNLINKING:
+        if link is None or link.state == UNLINKING:
             return []
-        if link.state == pipelink.LINKING:  # not linked yet: the link is dropped when made
+        if link.state == LINKING:  # not linked yet: the link is dropped when made
             self._drop(slot)
             return []
-        link.state = pipelink.UNLINKING
+        link.state = UNLINKING
         ahead = self._forward_channel(slot)
         if ahead is not None:
             ahead.held = True
@@ -172,14 +175,14 @@ class LinkingServant(LockedServant):
         be asked for what it has not read (else its link is gone here)."""
         with self._lock:
             link = self.links.get(slot)
-            asked = link is not None and link.token == token and link.state != pipelink.LINKING
+            asked = link is not None and link.token == token and link.state != LINKING
             actions = self._unlink(slot)
         request.reply(asked)
         self.run_actions(actions)
 
     def op_relinquish(self, request, slot: Hashable, token: int, unread: list) -> None:
         """What the linked job had received and not consumed, to be read first; what it sent
-        over the link before its :data:`~fiberlite.runtime.pipelink.END` is taken from the link."""
+        over the link before its :data:`~.frames.END` is taken from the link."""
         with self._lock:
             link = self.links.get(slot)
             if link is not None and link.token != token:
@@ -188,12 +191,12 @@ class LinkingServant(LockedServant):
             self._take_link(slot, link, unread, until_end=True)
         request.reply()
 
-    def _link_lost(self, slot: Hashable, link: pipelink.Forwarder) -> None:
+    def _link_lost(self, slot: Hashable, link: Forwarder) -> None:
         """The job's connection ended: what it was sent and did not consume goes back to
         the front of the slot's channel; what it sent and had arrived is read."""
         self._take_link(slot, link, None, until_end=False)
 
-    def _take_link(self, slot: Hashable, link: pipelink.Forwarder, unread: list | None,
+    def _take_link(self, slot: Hashable, link: Forwarder, unread: list | None,
                    until_end: bool) -> None:
         """End the link of ``slot``: ``unread`` (what the reader handed back; None: what
         it has not acknowledged) is read first, what it sent is taken from the link."""
@@ -202,6 +205,7 @@ class LinkingServant(LockedServant):
                 return
             sent = link.take_sent(until_end)  # waits for the frames still on their way
             if unread is None:  # (its acknowledgements are all in: the link is drained)
+                link.settle()
                 unread = list(link.unacked)
             with self._lock:
                 if self.links.get(slot) is not link:
@@ -218,7 +222,7 @@ class LinkingServant(LockedServant):
 
     def op_received(self, request, slot: Hashable, ticket: int) -> None:
         """The receipt of a job for the item lent to it with ``ticket`` (see
-        :func:`~fiberlite.runtime.pipelink.got_through_hub`): the item is the job's now."""
+        :func:`~.reader.got_through_hub`): the item is the job's now."""
         with self._lock:
             self._forward_channel(slot).confirm(request.peer, ticket)  # type: ignore[union-attr]
 
@@ -236,16 +240,16 @@ class LinkingServant(LockedServant):
         False after ``timeout``; None: read the channel instead (no link, or something to
         read there first)."""
         link = self.links.get(slot)
-        if link is None or link.state != pipelink.LINKED or self._return_channel(slot).items:  # type: ignore[union-attr]
+        if link is None or link.state != LINKED or self._return_channel(slot).items:  # type: ignore[union-attr]
             return None
         reading = link.reading
         with reading.lock:
             try:
                 item = reading.next(timeout) if peek else reading.take(timeout)
-            except pipelink.Unlinked:
+            except Unlinked:
                 return None
             if item is None:
                 return False
-            if item is pipelink.END:
+            if item is END:
                 return None  # the link is ending: what it carried will be in the channel
             return True if peek else item

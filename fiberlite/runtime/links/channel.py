@@ -8,7 +8,7 @@ after releasing its lock (sending a reply may take time).
 An item a job gets through the hub is *lent* to that job's connection: the reply is
 ``(ticket, item)``, and the job's receipt for the ticket (:meth:`Channel.confirm`) goes
 with its next request to this process, or on its own shortly after its read returned
-(:func:`~fiberlite.runtime.pipelink.got_through_hub`). Items still lent when the job's
+(:func:`~fiberlite.runtime.links.reader.got_through_hub`). Items still lent when the job's
 connection ends go back to the front of the channel, in their order
 (:meth:`Channel.drop_peer`).
 """
@@ -19,7 +19,7 @@ import itertools
 import queue
 from typing import Any, Callable
 
-from .hub import LOCAL_PEER
+from ..hub import LOCAL_PEER
 
 Action = Callable[[], None]
 _tickets = itertools.count(1)  # (next() on it is atomic)

@@ -1,0 +1,95 @@
+"""The one way a ``Queue`` and a ``Pipe`` send, receive and poll.
+
+Each takes the first of three paths that applies:
+
+1. this job's link for the slot (:mod:`.reader`): straight to or from the owner;
+2. in the owner itself, the owner's half of the link a job holds for the slot's other
+   side (the servant's ``send_local``/``receive_local``), then its channels directly;
+3. a request to the owner's hub (``send``, ``receive``, ``poll`` on the servant).
+
+A slot is what one user does with the object: a pipe's end (the job reads it and
+sends through it), a queue's ``"get"`` or ``"put"``. Uses through the hub are counted,
+and a job asks for a link once they are worth one (:func:`~.reader.used_through_hub`).
+A read is answered :data:`~.frames.RETRY` when a link was made while it waited: it is
+made again, over the link.
+"""
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any, Hashable
+
+from ...wire.codec import Payload
+from ..hub import ObjectRef
+from .frames import RETRY, Unlinked
+from .reader import got_through_hub, reader_of, used_through_hub
+
+
+def send(ref: ObjectRef, slot: Hashable, servant: Any, payload: Payload) -> None:
+    """Send ``payload`` through ``slot`` (``servant``: the owner's, in the owner, else None)."""
+    reader = reader_of(ref, slot)
+    if reader is not None:
+        try:
+            return reader.send(payload)
+        except Unlinked:
+            reader.wait_done()  # what it had not read is back with the owner
+    elif servant is not None and servant.send_local(slot, payload):
+        return
+    ref.cast("send", slot, payload)
+    if servant is None:
+        used_through_hub(ref, slot)
+
+
+def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
+            timeout: float | None = None, may_link: bool = True) -> Payload:
+    """The next message of ``slot``, waiting up to ``timeout`` (None: for ever; not at all
+    unless ``block``): ``queue.Empty`` after it, ``EOFError`` at a pipe's end.
+    ``may_link``: whether this use counts towards a link."""
+    wait = timeout if block else 0.0
+    deadline = None if wait is None else time.monotonic() + max(0.0, wait)
+    while True:
+        reader = reader_of(ref, slot)
+        if reader is not None:
+            try:
+                payload = reader.receive(wait)
+            except Unlinked:
+                reader.wait_done()
+            else:
+                if payload is None:
+                    raise queue.Empty
+                return payload
+        elif servant is not None:
+            payload = servant.receive_local(slot, wait)
+            if payload is False:
+                raise queue.Empty
+            if payload is not None:
+                return payload
+        payload = got_through_hub(ref, slot, ref.call("receive", slot, block, wait))
+        if payload is not RETRY:
+            break
+        if deadline is not None:
+            wait = max(0.0, deadline - time.monotonic())
+    if servant is None and may_link:
+        used_through_hub(ref, slot)
+    return payload
+
+
+def poll(ref: ObjectRef, slot: Hashable, servant: Any, timeout: float | None) -> bool:
+    """Whether ``slot`` has something to read (or is at EOF), waiting up to ``timeout``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        reader = reader_of(ref, slot)
+        if reader is not None:
+            try:
+                return reader.poll(timeout)
+            except Unlinked:
+                reader.wait_done()
+        elif servant is not None:
+            ready = servant.receive_local(slot, timeout, peek=True)
+            if ready is not None:
+                return ready
+        ready = ref.call("poll", slot, timeout)
+        if ready is not RETRY:
+            return ready
+        if deadline is not None:
+            timeout = max(0.0, deadline - time.monotonic())

@@ -1,0 +1,573 @@
+"""A link carried by a Unix stream socket: two processes of one machine.
+
+The reader listens on a name of its own in Linux's abstract namespace (no file to
+remove, reachable from every process that shares this network namespace) and accepts
+one writer, which proves the run's key first (:mod:`fiberlite.wire.auth`, the same
+handshake as every connection). From then on each frame is a length and its bytes,
+written by the sending thread and read by the receiving thread themselves: no thread in
+between, one system call each way for a small frame, and the parts of a frame (large
+out-of-band buffers) go out without being joined first.
+
+The reader acknowledges what it consumed by counting in 4 bytes both processes map
+(a ``memfd`` the writer makes and passes over the socket once both proved the key):
+an acknowledgement costs no system call and wakes nobody; the writer reads the count
+when it needs it.
+
+A frame whose first part went out but not the rest (the reader's socket is full) is
+finished by a thread of its own (:class:`_Backlog`): the sender never blocks unless it
+said it may, and a frame is never cut. One process-wide thread (:class:`_Watch`) hears
+of every local link whose peer hangs up, for :meth:`LocalLink.on_lost`.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+from .. import auth
+from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
+
+SCHEME = "local://"
+HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
+HANDSHAKE_TIMEOUT = 10.0
+CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
+SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
+_HELLO = len(auth.HELLO) + auth.NONCE_SIZE
+_CHALLENGE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
+_PROOF = len(auth.PROOF) + auth.DIGEST_SIZE
+_POLL_IN = select.POLLIN | select.POLLPRI
+_DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
+
+
+def available() -> bool:
+    """Whether this system has abstract Unix sockets and eventfd (Linux)."""
+    return hasattr(os, "eventfd") and hasattr(socket, "AF_UNIX") and os.uname().sysname == "Linux"
+
+
+def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+    """``size`` bytes, or fewer if the peer hung up first."""
+    data = bytearray()
+    while len(data) < size:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def _serve_handshake(sock: socket.socket, key: bytes, deadline: float) -> bool:
+    """The listening side of the handshake: whether the peer proved ``key``."""
+    try:
+        client_nonce = auth.parse_hello(_read_exact(sock, _HELLO, deadline))
+        if client_nonce is None:
+            return False
+        server_nonce = auth.new_nonce()
+        sock.sendall(auth.challenge(key, client_nonce, server_nonce))
+        if not auth.check_proof(key, _read_exact(sock, _PROOF, deadline), client_nonce, server_nonce):
+            return False
+        sock.sendall(auth.WELCOME)
+        return True
+    except OSError:
+        return False
+
+
+def _ack_lane(fd: int) -> memoryview:
+    """The shared acknowledgement count behind ``fd`` (a memfd), as a one-item view."""
+    try:
+        area = mmap.mmap(fd, 4)
+    finally:
+        os.close(fd)
+    return memoryview(area).cast("I")
+
+
+def _new_ack_lane() -> tuple[int, memoryview]:
+    fd = os.memfd_create("fiberlite-link-acks", os.MFD_CLOEXEC)
+    os.ftruncate(fd, 4)
+    return os.dup(fd), _ack_lane(fd)
+
+
+def _tune(sock: socket.socket) -> None:
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
+    sock.setblocking(True)
+    sock.settimeout(None)
+
+
+class LocalLink(LossCallbacks):
+    """One end of a local link; one receiving and one sending thread at a time."""
+
+    def __init__(self, listening: socket.socket | None = None, address: str = "") -> None:
+        self.address = address
+        self.lost = False
+        self._listening = listening
+        self._sock: socket.socket | None = None
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._inbox = bytearray(CHUNK)  # what was read: frames not yet taken lie in
+        self._view = memoryview(self._inbox)  # [_start, _end)
+        self._start = self._end = 0
+        self._receiving = False
+        self._lock = threading.Lock()
+        self._closed = False
+        self._lost_callbacks: list[Callable[[], None]] = []
+        self._backlog: _Backlog | None = None
+        self._acks: memoryview | None = None  # the shared acknowledgement count
+
+    # -- making one ----------------------------------------------------------------------
+    @classmethod
+    def listen(cls, key: bytes) -> "LocalLink":
+        """A link waiting for its writer on an abstract name of its own (:attr:`address`)."""
+        name = f"fiberlite-link-{os.getpid()}-{secrets.token_hex(8)}"
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            listening.bind("\0" + name)
+            listening.listen(8)
+        except BaseException:
+            listening.close()
+            raise
+        return cls(listening, SCHEME + name)
+
+    def accept(self, key: bytes) -> bool:
+        """Take the first connection whose peer proves ``key`` (those that do not are
+        closed), within the handshake's time: whether one did. Stops listening."""
+        listening, self._listening = self._listening, None
+        if listening is None:
+            return self._sock is not None
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        try:
+            while time.monotonic() < deadline and not self._closed:
+                listening.settimeout(max(0.001, deadline - time.monotonic()))
+                try:
+                    sock, _ = listening.accept()
+                except (socket.timeout, OSError):
+                    return False
+                if _serve_handshake(sock, key, deadline):
+                    lane = self._take_ack_lane(sock, deadline)
+                    if lane is not None:
+                        self._acks = lane
+                        return self._connected(sock)
+                sock.close()
+            return False
+        finally:
+            listening.close()
+
+    @staticmethod
+    def _take_ack_lane(sock: socket.socket, deadline: float) -> memoryview | None:
+        """The acknowledgement count the proven writer passes right after the handshake."""
+        try:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+        except OSError:
+            return None
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return None
+        try:
+            return _ack_lane(fds[0])
+        except (OSError, ValueError):
+            return None
+
+    @classmethod
+    def dial(cls, address: str, key: bytes) -> "LocalLink":
+        """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
+        :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT)
+            try:
+                sock.connect("\0" + address[len(SCHEME):])
+            except ConnectionRefusedError:
+                raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
+            steps = iter((_CHALLENGE, len(auth.WELCOME)))
+            auth.prove(key, sock.sendall, lambda: _read_exact(sock, next(steps), deadline), address)
+            fd, lane = _new_ack_lane()
+            try:
+                socket.send_fds(sock, [b"A"], [fd])
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            sock.close()
+            if isinstance(exc, ConnectionRefusedError):
+                raise
+            raise ConnectionError(f"cannot link to {address}: {exc}") from None
+        except BaseException:
+            sock.close()
+            raise
+        link = cls(address=address)
+        link._acks = lane
+        link._connected(sock)
+        return link
+
+    def _connected(self, sock: socket.socket) -> bool:
+        _tune(sock)
+        with self._lock:
+            if self._closed:
+                sock.close()
+                return False
+            self._sock = sock
+        _watch(self)
+        return True
+
+    # -- sending -------------------------------------------------------------------------
+    def send(self, frame: Any, timeout_ms: int = 0) -> bool:
+        """Send ``frame``, waiting up to ``timeout_ms`` for room (0: not at all, -1: for
+        ever); False if it did not go (full, or gone). Once part of a frame is out, the
+        rest follows: at once when the caller may wait, else on a thread of its own."""
+        sock = self._sock
+        if sock is None or self.lost:
+            return False
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        backlog = self._backlog
+        if backlog is not None and not backlog.wait(deadline):
+            return False
+        if type(frame) is tuple:
+            parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
+        elif len(frame) < CHUNK:  # one small frame: one copy, one call
+            parts = [HEADER.pack(len(frame)) + frame]
+        else:
+            parts = [HEADER.pack(len(frame)), frame]
+        while True:
+            sent = self._send_some(sock, parts)
+            if sent is None:
+                return False
+            if sent:
+                break
+            if not self._wait_writable(sock, deadline):
+                return False
+        rest = _rest(parts, sent)
+        if rest:
+            if timeout_ms == 0:  # the caller may not wait: the rest goes on its own
+                self._backlog = _Backlog(self, [bytes(p) for p in rest])
+            else:
+                return self._send_all(sock, rest)
+        return True
+
+    def _wait_writable(self, sock: socket.socket, deadline: float | None) -> bool:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+        poller = select.poll()
+        poller.register(sock, select.POLLOUT)
+        poller.register(self._wake, select.POLLIN)
+        for fd, events in poller.poll(wait):
+            if fd != self._wake and events & (select.POLLERR | select.POLLHUP):
+                self._peer_gone()
+                return False
+        return not self._closed and not self.lost
+
+    def _send_some(self, sock: socket.socket, parts: list) -> int | None:
+        """Write what the socket takes of ``parts`` now: how much (None: the peer is gone)."""
+        try:
+            if len(parts) == 1:
+                return sock.send(parts[0], _DONTWAIT)
+            return sock.sendmsg(parts, (), _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            self._peer_gone()
+            return None
+
+    def _send_all(self, sock: socket.socket, parts: list) -> bool:
+        """Write ``parts`` whatever it takes (the start of their frame is out already)."""
+        while parts:
+            sent = self._send_some(sock, parts)
+            if sent is None:
+                return False
+            parts = _rest(parts, sent)
+            if parts and not sent and not self._wait_writable(sock, None):
+                return False
+        return True
+
+    # -- receiving -----------------------------------------------------------------------
+    def recv(self, timeout_ms: int = -1) -> Any:
+        """The next frame; :class:`LinkTimeout` after ``timeout_ms`` (-1: never, and at
+        once when the peer has gone and everything it sent is read),
+        :class:`LinkCanceled` once :meth:`cancel` is called (or the peer hung up),
+        :class:`LinkClosed` once closed."""
+        frame = self._buffered()
+        if frame is not None:
+            return frame
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
+        lost = self.lost  # a receive that began on a live link is woken by the hang-up
+        while True:
+            frame = self._read(deadline, lost)
+            if frame is not None:
+                return frame
+
+    def recv_nowait(self) -> Any:
+        """The next frame if one has arrived, else None."""
+        frame = self._buffered()
+        if frame is not None:
+            return frame
+        try:
+            return self._read(0.0, True)
+        except (LinkTimeout, LinkCanceled, LinkClosed):
+            return None
+
+    def _buffered(self) -> Any:
+        """A whole frame already read, taken out of the inbox; else None."""
+        start, end = self._start, self._end
+        if end - start < 8:
+            return None
+        (size,) = HEADER.unpack_from(self._inbox, start)
+        stop = start + 8 + size
+        if stop > end:
+            return None
+        frame = bytes(self._view[start + 8:stop])
+        if stop == end:
+            self._start = self._end = 0
+        else:
+            self._start = stop
+        return frame
+
+    def _read(self, deadline: float | None, lost: bool) -> Any:
+        """Read what has arrived (waiting until ``deadline`` for something); a frame once
+        one is whole, else None (read again). At the end of the peer's bytes:
+        :class:`LinkTimeout` if the link was known to be ``lost`` when the receive began
+        (nothing more comes), else :class:`LinkCanceled` (look at the link again)."""
+        sock = self._sock
+        if sock is None:
+            raise LinkClosed("the link is not connected")
+        start, end = self._start, self._end
+        if end - start >= 8:
+            (size,) = HEADER.unpack_from(self._inbox, start)
+            if size + 8 > CHUNK:  # a large frame: read it into a buffer of its own
+                return self._read_large(sock, size, deadline)
+        if end == CHUNK:  # no room left behind what is unread: move it to the front
+            self._view[:end - start] = self._view[start:end]
+            self._start, self._end = 0, end - start
+        try:
+            got = sock.recv_into(self._view[self._end:], CHUNK - self._end, _DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            self._wait_readable(sock, deadline)
+            return None
+        except OSError:
+            got = 0
+        if not got:
+            self._peer_gone()
+            if self._closed:
+                raise LinkClosed("the link is closed")
+            raise LinkTimeout if lost else LinkCanceled
+        self._end += got
+        return self._buffered()
+
+    def _read_large(self, sock: socket.socket, size: int, deadline: float | None) -> Any:
+        frame = bytearray(size)
+        view = memoryview(frame)
+        have = self._end - self._start - 8
+        view[:have] = self._view[self._start + 8:self._end]
+        self._start = self._end = 0
+        while have < size:
+            try:
+                got = sock.recv_into(view[have:], size - have, _DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                got = None
+            except OSError:
+                got = 0
+            if got == 0:
+                self._peer_gone()
+                raise LinkClosed("the link's connection ended in the middle of a frame")
+            if got is None:
+                self._wait_readable(sock, None if deadline is None else max(deadline, time.monotonic() + 1),
+                                    partial=True)
+            else:
+                have += got
+        return frame
+
+    def _wait_readable(self, sock: socket.socket, deadline: float | None, partial: bool = False) -> None:
+        """Wait for bytes (or the peer's hang-up); :class:`LinkTimeout` at ``deadline``,
+        :class:`LinkCanceled` when woken by :meth:`cancel`."""
+        wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
+        if wait == 0 and not partial:
+            raise LinkTimeout
+        poller = select.poll()
+        poller.register(sock, _POLL_IN)
+        poller.register(self._wake, select.POLLIN)
+        self._receiving = True
+        try:
+            ready = poller.poll(wait)
+        finally:
+            self._receiving = False
+        if self._closed:
+            raise LinkClosed("the link is closed")
+        if any(fd == self._wake for fd, _ in ready):
+            try:
+                os.eventfd_read(self._wake)
+            except BlockingIOError:
+                pass
+            if not any(fd != self._wake for fd, _ in ready):
+                raise LinkCanceled
+        if not ready and not partial:
+            raise LinkTimeout
+
+    # -- acknowledgements ----------------------------------------------------------------
+    def acknowledge(self, timeout_ms: int = 0) -> bool:
+        """Count one more consumed frame where the writer reads it (no system call)."""
+        acks = self._acks
+        if acks is None or self._closed:
+            return False
+        acks[0] = (acks[0] + 1) & 0xFFFFFFFF
+        return True
+
+    def acknowledged(self) -> int:
+        """The count of acknowledged frames, modulo 2**32 (read it as a difference)."""
+        acks = self._acks
+        return 0 if acks is None else acks[0]
+
+    def cancel(self) -> None:
+        """Wake a thread blocked in :meth:`recv` (:class:`LinkCanceled`)."""
+        if self._receiving and not self._closed:
+            try:
+                os.eventfd_write(self._wake, 1)
+            except OSError:
+                pass
+
+    # -- ending --------------------------------------------------------------------------
+    def _peer_gone(self) -> None:
+        with self._lock:
+            if self.lost:
+                return
+            self.lost = True
+            callbacks, self._lost_callbacks = self._lost_callbacks, []
+        self._call_lost(callbacks)
+
+    def close(self) -> None:
+        """Close the link: a receive or send under way on another thread fails at once.
+        The descriptors are shut down now and closed with the object, so that none is
+        closed under a thread still inside a call on it."""
+        if not self._mark_closed():
+            return
+        listening, self._listening = self._listening, None
+        if listening is not None:
+            listening.close()
+        sock = self._sock
+        if sock is not None:
+            _unwatch(sock)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        try:
+            os.eventfd_write(self._wake, 1)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:
+        wake = getattr(self, "_wake", -1)
+        if wake >= 0:
+            self._wake = -1
+            os.close(wake)
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            sock.close()
+
+    def fileno(self) -> int:
+        sock = self._sock
+        return -1 if sock is None else sock.fileno()
+
+
+def _rest(parts: list, sent: int) -> list:
+    """What of ``parts`` is left once ``sent`` bytes went out."""
+    for i, part in enumerate(parts):
+        view = memoryview(part).cast("B")
+        if sent < view.nbytes:
+            return [view[sent:], *parts[i + 1:]]
+        sent -= view.nbytes
+    return []
+
+
+class _Backlog:
+    """The rest of a frame whose start went out, written on a thread of its own; further
+    sends wait for it (or fail, if they may not wait)."""
+
+    def __init__(self, link: LocalLink, parts: list) -> None:
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(link, parts), daemon=True,
+                         name="fiberlite-link-backlog").start()
+
+    def _run(self, link: LocalLink, parts: list) -> None:
+        try:
+            sock = link._sock
+            if sock is not None and not link._closed:
+                link._send_all(sock, parts)
+        finally:
+            link._backlog = None
+            self._done.set()
+
+    def wait(self, deadline: float | None) -> bool:
+        return self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+class _Watch:
+    """One thread for the process that hears of local links whose peer hung up; it ends
+    once no link is left to watch (the next link starts another)."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._stop = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._stop, select.EPOLLIN)
+        self._links: dict[int, LocalLink] = {}
+        threading.Thread(target=self._run, daemon=True, name="fiberlite-link-watch").start()
+
+    def add(self, link: LocalLink) -> None:
+        sock = link._sock
+        if sock is not None:
+            self._links[sock.fileno()] = link
+            self._epoll.register(sock.fileno(), select.EPOLLRDHUP | select.EPOLLONESHOT)
+
+    def remove(self, fd: int) -> bool:
+        """Stop watching ``fd``; whether no link is left (then the thread ends)."""
+        if self._links.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except OSError:
+                pass
+        if self._links:
+            return False
+        os.eventfd_write(self._stop, 1)
+        return True
+
+    def _run(self) -> None:
+        try:
+            while True:
+                for fd, _ in self._epoll.poll():
+                    if fd == self._stop:
+                        return
+                    with _watcher_lock:
+                        link = self._links.pop(fd, None)
+                    if link is not None:
+                        link._peer_gone()
+        finally:
+            self._epoll.close()
+            os.close(self._stop)
+
+
+_watcher: _Watch | None = None
+_watcher_lock = threading.Lock()
+
+
+def _watch(link: LocalLink) -> None:
+    """Watch ``link`` for its peer's hang-up."""
+    global _watcher
+    with _watcher_lock:
+        if _watcher is None:
+            _watcher = _Watch()
+        _watcher.add(link)
+
+
+def _unwatch(sock: socket.socket) -> None:
+    global _watcher
+    with _watcher_lock:
+        if _watcher is not None and _watcher.remove(sock.fileno()):
+            _watcher = None
