@@ -10,8 +10,8 @@
 #                  --build-arg PIP_OPTIONS=--no-index -t fiberlite:test .
 #
 # Build arguments:
-#   BASE_IMAGE   any image with Python 3.11+ (tomllib) and the venv module;
-#                default python:3.11-slim.
+#   BASE_IMAGE   any image with Python 3.11+ (tomllib), its headers (python:*-slim has
+#                them) and the venv module; default python:3.11-slim.
 #   PIP_OPTIONS  extra pip options, default none; "--no-index" makes pip use
 #                the wheelhouse only.
 # Wheelhouse: wheels in .docker-wheels/ are always offered to pip through
@@ -37,9 +37,18 @@ print(*p.get('dependencies', []), *x.get('docker', []), *x.get('kubernetes', [])
  && python3 -m venv /opt/venv \
  && /opt/venv/bin/pip install ${PIP_OPTIONS} --find-links /wheels -r /tmp/requirements.txt
 # 2. fiberlite itself (.dockerignore limits the context to the package,
-#    pyproject.toml, README/LICENSE and the wheelhouse).
+#    pyproject.toml, README/LICENSE and the wheelhouses). It has a C extension: a
+#    wheel built on the host for this image's Python (.docker-fiberlite/, made by
+#    .ci/docker_setup.sh) is installed as it is; without one it is compiled here,
+#    with a C compiler the build stage installs if the base image has none.
 COPY . /src
-RUN /opt/venv/bin/pip install ${PIP_OPTIONS} --find-links /wheels "/src[docker,kubernetes]"
+RUN set -e; wheel="$(ls /src/.docker-fiberlite/fiberlite-*.whl 2>/dev/null | head -n 1)"; \
+    if [ -n "$wheel" ]; then \
+        /opt/venv/bin/pip install ${PIP_OPTIONS} --find-links /wheels "${wheel}[docker,kubernetes]"; \
+    else \
+        command -v cc >/dev/null 2>&1 || { apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev; }; \
+        /opt/venv/bin/pip install ${PIP_OPTIONS} --find-links /wheels "/src[docker,kubernetes]"; \
+    fi
 # Lets tools find (and prune) stale build-stage images of the classic builder.
 LABEL org.fiberlite.stage=build
 

@@ -166,7 +166,7 @@ import sys, tomllib
 p = tomllib.load(open(sys.argv[1], "rb"))["project"]
 x = p.get("optional-dependencies", {})
 print(*p.get("dependencies", []), *x.get("docker", []), *x.get("kubernetes", []),
-      "numpy", "setuptools>=64", "wheel", sep="\n")
+      "numpy", "setuptools>=74.1", "wheel", sep="\n")
 PY
 WHEELS_HASH="$(sha256sum <"$REQS" | cut -c1-32)"
 if [[ "$(cat "$WHEELS/.inputs-hash" 2>/dev/null)" != "$WHEELS_HASH" ]]; then
@@ -175,6 +175,11 @@ if [[ "$(cat "$WHEELS/.inputs-hash" 2>/dev/null)" != "$WHEELS_HASH" ]]; then
     run pip-wheel "$PYTHON" -m pip wheel --wheel-dir "$WHEELS" -r "$REQS"
     echo "$WHEELS_HASH" >"$WHEELS/.inputs-hash"
 fi
+# fiberlite's own wheel (it has a C extension; the image has no compiler): built here,
+# for the image's Python (the same 3.11 as the host's) and glibc (Debian bookworm's).
+log "building the fiberlite wheel"
+rm -rf "$ROOT/.docker-fiberlite"
+run fiberlite-wheel "$PYTHON" -m pip wheel --no-deps --wheel-dir "$ROOT/.docker-fiberlite" "$ROOT"
 log "building $IMAGE on $BASE_IMAGE"
 BUILD_ARGS=(--build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "PIP_OPTIONS=--no-index")
 # Classic builder (no buildx plugin): also remove the containers of failed steps.

@@ -120,6 +120,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
     Setting("mount_working_dir", True, _flag, "mount working_dir into job containers"),
     Setting("tls", False, _flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),
+    Setting("share_machine", True, _flag,
+            "jobs on their creator's machine map its Value, Array and locks and link its queues "
+            "and pipes over Unix sockets (off: through its hub, as jobs on other machines do)"),
     Setting("parent_timeout", 120.0, _seconds_or_never,
             "a job whose parent has answered nothing for this many seconds exits (0: never)"),
     Setting("dashboard", None, parse_address,

@@ -128,37 +128,37 @@ class BaseContext:
     # -- synchronization and shared memory ------------------------------------------------------
     def Lock(self):
         self._serve()
-        from .synchronize.primitives import Lock
+        from .synchronize import Lock
         return Lock(ctx=self)
 
     def RLock(self):
         self._serve()
-        from .synchronize.primitives import RLock
+        from .synchronize import RLock
         return RLock(ctx=self)
 
     def Condition(self, lock: Any = None):
         self._serve()
-        from .synchronize.primitives import Condition
+        from .synchronize import Condition
         return Condition(lock, ctx=self)
 
     def Semaphore(self, value: int = 1):
         self._serve()
-        from .synchronize.primitives import Semaphore
+        from .synchronize import Semaphore
         return Semaphore(value, ctx=self)
 
     def BoundedSemaphore(self, value: int = 1):
         self._serve()
-        from .synchronize.primitives import BoundedSemaphore
+        from .synchronize import BoundedSemaphore
         return BoundedSemaphore(value, ctx=self)
 
     def Event(self):
         self._serve()
-        from .synchronize.primitives import Event
+        from .synchronize import Event
         return Event(ctx=self)
 
     def Barrier(self, parties: int, action: Any = None, timeout: float | None = None):
         self._serve()
-        from .synchronize.primitives import Barrier
+        from .synchronize import Barrier
         return Barrier(parties, action, timeout, ctx=self)
 
     def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True):

@@ -45,3 +45,15 @@ def _no_leftover_children(request):
         child.kill()
         child.join(10)
     assert not left, f"test left running jobs: {left}"
+
+
+@pytest.fixture(params=["shared", "hub"])
+def machine_path(request, monkeypatch):
+    """Run the test twice: its child jobs map their parent's shared memory (the fast path
+    of one machine), then reach it through its hub as jobs of another machine would
+    (``share_machine`` off, handed down to the children)."""
+    from fiberlite import config
+    if request.param == "hub":
+        monkeypatch.setattr(config, "_overrides", dict(config._overrides, share_machine=False))
+        monkeypatch.setattr(config, "_resolved", None)
+    return request.param

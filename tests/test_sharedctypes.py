@@ -1,4 +1,5 @@
-"""Value, Array, RawValue and RawArray, in one process and across jobs."""
+"""Value, Array, RawValue and RawArray, in one process and across jobs: mapped in the jobs
+of the creator's machine, reached through its hub from the others (``machine_path``)."""
 from __future__ import annotations
 
 import ctypes
@@ -116,7 +117,7 @@ def test_array_indexing_slicing_and_strings():
 
 
 # -- across jobs ------------------------------------------------------------------------------
-def test_four_jobs_incrementing_under_get_lock_count_exactly():
+def test_four_jobs_incrementing_under_get_lock_count_exactly(machine_path):
     v = fiberlite.Value("i", 0)
     jobs = [_start(increment, v, 200) for _ in range(4)]
     for p in jobs:
@@ -125,7 +126,7 @@ def test_four_jobs_incrementing_under_get_lock_count_exactly():
     assert v.value == 800
 
 
-def test_child_reads_and_writes_arrays():
+def test_child_reads_and_writes_arrays(machine_path):
     arr, text, out = fiberlite.RawArray("i", range(10)), fiberlite.Array("c", 16), fiberlite.Queue()
     p = _start(double_all, arr, text, out)
     assert out.get(timeout=WAIT) == (10, 18, b"from child")
@@ -134,7 +135,7 @@ def test_child_reads_and_writes_arrays():
     assert text.value == b"from child"
 
 
-def test_synchronized_access_from_child_waits_for_the_lock():
+def test_synchronized_access_from_child_waits_for_the_lock(machine_path):
     v, out = fiberlite.Value("i", 0), fiberlite.Queue()
     with v.get_lock():
         p = _start(set_value, v, 1, out)
@@ -146,7 +147,7 @@ def test_synchronized_access_from_child_waits_for_the_lock():
     p.join(WAIT)
 
 
-def test_creator_access_waits_while_a_child_holds_the_lock():
+def test_creator_access_waits_while_a_child_holds_the_lock(machine_path):
     v, held, go = fiberlite.Value("i", 0), fiberlite.Queue(), fiberlite.Event()
     p = _start(hold_lock_then_set, v, held, go)
     assert held.get(timeout=WAIT) == "held"
@@ -161,26 +162,27 @@ def test_creator_access_waits_while_a_child_holds_the_lock():
     p.join(WAIT)
 
 
-def test_value_travels_through_a_queue():
+def test_value_travels_through_a_queue(machine_path):
     v, q, out = fiberlite.Value("d", 0.5), fiberlite.Queue(), fiberlite.Queue()
     q.put(v)
     same = q.get(timeout=WAIT)
-    assert same._servant is v._servant and same.value == 0.5
+    assert ctypes.addressof(same.get_obj()) == ctypes.addressof(v.get_obj()) and same.value == 0.5
     p = _start(set_value, same, 2.5, out)
     assert out.get(timeout=WAIT) == "done"
     p.join(WAIT)
     assert v.value == 2.5
 
 
-def copy_in_child(arr, point, out):
+def copy_in_child(arr, point, out, done):
     from fiberlite.sharedctypes import copy
     arr_copy, point_copy = copy(arr), copy(point)
     arr[:] = [0] * len(arr)             # the copies do not follow the originals
     point.x = 0
-    out.put((arr_copy[:], point_copy.x, point_copy.y, arr_copy, type(arr_copy).__name__))
+    out.put((arr_copy[:], point_copy.x, point_copy.y, arr_copy, isinstance(arr_copy, ctypes.Array)))
+    done.wait(WAIT)                     # what it made lives as long as it does
 
 
-def test_copy_here_and_in_a_job():
+def test_copy_here_and_in_a_job(machine_path):
     from fiberlite.sharedctypes import copy
     arr = fiberlite.Array("i", [1, 2, 3])
     point = fiberlite.RawValue(Point, 4, 2.5)
@@ -189,13 +191,58 @@ def test_copy_here_and_in_a_job():
     assert here[:] == [1, 2, 3] and not hasattr(here, "get_lock")
     plain = copy(Point(7, 1.5))            # a plain ctypes object, as the stdlib allows
     assert (plain.x, plain.y) == (7, 1.5)
-    out = fiberlite.Queue()
-    p = fiberlite.Process(target=copy_in_child, args=(arr, point, out))
+    out, done = fiberlite.Queue(), fiberlite.Event()
+    p = fiberlite.Process(target=copy_in_child, args=(arr, point, out, done))
     p.start()
-    items, x, y, remote_copy, kind = out.get(timeout=WAIT)
+    items, x, y, copy_here, real = out.get(timeout=WAIT)
+    # the job's copies are made where it stands: in its own memory when it maps the
+    # parent's, in the parent (the proxy asks its creator) when it cannot
+    assert (items, x, y, real) == ([9, 2, 3], 4, 2.5, machine_path == "shared")
+    assert copy_here[:] == [9, 2, 3]        # the copy made by the job reached this process
+    done.set()
     p.join(WAIT)
-    assert (items, x, y, kind) == ([9, 2, 3], 4, 2.5, "SharedArray")
     assert arr[:] == [0, 0, 0] and point.x == 0
-    assert remote_copy[:] == [9, 2, 3]      # the copy made for the job is still reachable
     with pytest.raises(TypeError, match="ctypes object or a shared Value/Array"):
         copy([1, 2, 3])
+
+
+# -- the memory itself ------------------------------------------------------------------------
+def fill_through_numpy(arr, value, out):
+    import numpy
+    view = numpy.frombuffer(arr.get_obj(), dtype=numpy.float64)
+    view[:] = value
+    out.put(float(view.sum()))
+
+
+def test_a_child_writes_through_a_numpy_view_and_the_parent_sees_it():
+    numpy = pytest.importorskip("numpy")
+    arr, out = fiberlite.Array("d", 1000), fiberlite.Queue()
+    p = _start(fill_through_numpy, arr, 2.5, out)
+    assert out.get(timeout=WAIT) == 2500.0
+    p.join(WAIT)
+    assert p.exitcode == 0
+    mine = numpy.frombuffer(arr.get_obj(), dtype=numpy.float64)
+    assert (mine == 2.5).all() and arr[0] == 2.5
+    raw = fiberlite.RawArray("i", 4)
+    memoryview(raw).cast("B")[0] = 7        # the buffer protocol, on shared memory
+    assert raw[0] == 7
+
+
+def report_kind(obj, out):
+    out.put((isinstance(obj, ctypes.Array), len(obj), obj[:]))
+
+
+def test_a_raw_array_is_a_ctypes_array_in_a_child_of_this_machine(machine_path):
+    arr, out = fiberlite.RawArray("i", [1, 2, 3]), fiberlite.Queue()
+    p = _start(report_kind, arr, out)
+    # mapped: a real ctypes array; through the hub: a proxy that reads the same memory
+    assert out.get(timeout=WAIT) == (machine_path == "shared", 3, [1, 2, 3])
+    p.join(WAIT)
+
+
+def test_a_plain_ctypes_object_still_travels_by_value():
+    shared = fiberlite.RawValue("i", 5)  # (its type is now pickled by the shared reduction)
+    q = fiberlite.Queue()
+    q.put(ctypes.c_int(9))
+    got = q.get(timeout=WAIT)
+    assert got.value == 9 and ctypes.addressof(got) != ctypes.addressof(shared)

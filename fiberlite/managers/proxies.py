@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ConnectionLost
-from ..synchronize.primitives import wait_until
+from ..synchronize.condition import wait_until
 from ..wire.codec import Payload
 from .calls import Token, _caller, _dead, _pending, _queue_decref, _raise_remote, _server_call
 

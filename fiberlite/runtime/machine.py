@@ -10,6 +10,7 @@ import functools
 import os
 import socket
 
+from .. import config
 from ..wire.binding import LOOPBACK
 from ..wire.tls import host_port
 
@@ -32,5 +33,6 @@ def machine_id() -> str:
 
 def same_machine(address: str) -> bool:
     """Whether the process listening at ``address`` (a hub's) shares this machine and its
-    network namespace, so that a Unix socket reaches it: an address on loopback."""
-    return host_port(address)[0].strip("[]") in LOOPBACK
+    network namespace, so that a Unix socket reaches it: an address on loopback (and the
+    ``share_machine`` setting on: off, every job is treated as one of another machine)."""
+    return host_port(address)[0].strip("[]") in LOOPBACK and config.get("share_machine")

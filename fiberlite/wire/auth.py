@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import socket
+import time
 from typing import Callable
 
 NONCE_SIZE = 32
@@ -79,3 +81,43 @@ def prove(key: bytes, send: Callable[[bytes], None], recv: Callable[[], bytes], 
     send(proof(key, nonce, server_nonce))
     if recv() != WELCOME:
         raise AuthenticationError(f"{peer} rejected this process's key")
+
+
+# -- on a plain blocking socket (local links, the shared memory door's visitors) ----------------
+HELLO_SIZE = len(HELLO) + NONCE_SIZE
+CHALLENGE_SIZE = len(CHALLENGE) + NONCE_SIZE + DIGEST_SIZE
+PROOF_SIZE = len(PROOF) + DIGEST_SIZE
+
+
+def read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+    """``size`` bytes from ``sock`` by ``deadline``, or fewer if the peer hung up first."""
+    data = bytearray()
+    while len(data) < size:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def prove_on(sock: socket.socket, key: bytes, peer: str, deadline: float) -> None:
+    """The dialing side on a connected socket (:func:`prove`'s errors; ``OSError``)."""
+    steps = iter((CHALLENGE_SIZE, len(WELCOME)))
+    prove(key, sock.sendall, lambda: read_exact(sock, next(steps), deadline), peer)
+
+
+def check_on(sock: socket.socket, key: bytes, deadline: float) -> bool:
+    """The listening side on an accepted socket: whether the peer proved ``key``."""
+    try:
+        client_nonce = parse_hello(read_exact(sock, HELLO_SIZE, deadline))
+        if client_nonce is None:
+            return False
+        server_nonce = new_nonce()
+        sock.sendall(challenge(key, client_nonce, server_nonce))
+        if not check_proof(key, read_exact(sock, PROOF_SIZE, deadline), client_nonce, server_nonce):
+            return False
+        sock.sendall(WELCOME)
+        return True
+    except OSError:
+        return False

@@ -131,6 +131,12 @@ class Pickler(cloudpickle.Pickler):
     dispatch_table = ChainMap({types.CodeType: _reduce_code}, *cloudpickle.Pickler.dispatch_table.maps)
 
 
+def register_reducer(kind: type, reduce: Any) -> None:
+    """Pickle instances of ``kind`` with ``reduce(obj)`` (a reduce tuple), in every
+    :class:`Pickler` of this process."""
+    Pickler.dispatch_table.maps[0][kind] = reduce
+
+
 def dumps_bytes(obj: Any) -> bytes:
     """Pickle ``obj`` in band with :class:`Pickler` (as ``cloudpickle.dumps``)."""
     file = io.BytesIO()

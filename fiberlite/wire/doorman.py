@@ -258,7 +258,8 @@ class _Visitor:
 class Doorman:
     """Accepts on ``listening`` (a non-blocking stream socket), checks each peer, and
     adopts those that prove ``key`` into the nng socket ``nng`` (``guard`` its
-    :class:`CallGuard`).
+    :class:`CallGuard`), or, without ``nng``, hands their plain (blocking) connections
+    to ``hand_over``.
 
     ``timeout``/``limit``: the gate's deadline and bound (settings ``auth_timeout`` and
     ``auth_pending_limit`` when None). ``on_failed(why)`` hears of each peer that failed
@@ -266,9 +267,10 @@ class Doorman:
     thread of its own; :meth:`admit_one` on the caller's, until one peer is in.
     """
 
-    def __init__(self, listening: socket.socket, key: bytes, nng: pynng.Socket, guard: CallGuard,
-                 where: str, timeout: float | None = None, limit: int | None = None,
-                 on_failed: Callable[[str], None] | None = None) -> None:
+    def __init__(self, listening: socket.socket, key: bytes, nng: pynng.Socket | None,
+                 guard: CallGuard | None, where: str, timeout: float | None = None,
+                 limit: int | None = None, on_failed: Callable[[str], None] | None = None,
+                 hand_over: Callable[[socket.socket], None] | None = None) -> None:
         if timeout is None or limit is None:
             from .. import config
             timeout = config.get("auth_timeout") if timeout is None else timeout
@@ -276,8 +278,9 @@ class Doorman:
         self._listening: socket.socket | None = listening
         self._key = key
         self._nng = nng
-        self._nng_socket = nng.socket
+        self._nng_socket = nng.socket if nng is not None else None
         self._guard = guard
+        self._hand_over = hand_over
         self.where = where
         self._on_failed = on_failed
         self.gate = Gate(timeout, limit, where)
@@ -300,8 +303,9 @@ class Doorman:
         self.first_pipe: int | None = None      # the id of the first pipe made
         self._selector.register(listening, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
-        nng.add_post_pipe_connect_cb(self._pipe_added)
-        nng.add_post_pipe_remove_cb(self._pipe_removed)
+        if nng is not None:
+            nng.add_post_pipe_connect_cb(self._pipe_added)
+            nng.add_post_pipe_remove_cb(self._pipe_removed)
 
     # -- running ------------------------------------------------------------------------
     def serve(self) -> None:
@@ -337,6 +341,16 @@ class Doorman:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
+
+    def abandon(self) -> None:
+        """(a forked child) Close this process's copies of the door's descriptors without
+        touching its thread, which is the parent's."""
+        self._closed = self._shut_down = True
+        listening, self._listening = self._listening, None
+        for sock in (listening, self._wake_r, self._wake_w):
+            if sock is not None:
+                sock.close()
+        self._selector.close()
 
     def _wake(self) -> None:
         try:
@@ -508,6 +522,9 @@ class Doorman:
             sock.close()
             return
         sock.setblocking(True)
+        if self._hand_over is not None:
+            self._hand_over(sock)
+            return
         listener = adopt(self._guard, self._nng_socket, sock)
         if listener is not None:
             lid = lib.nng_listener_id(listener)

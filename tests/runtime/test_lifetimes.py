@@ -9,6 +9,7 @@ import pytest
 import fiberlite
 import jobs
 from fiberlite.runtime.hub import get_hub
+from fiberlite.sharedctypes.raw import shared
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -17,11 +18,18 @@ def _served(ref) -> bool:
     return get_hub().servant(ref.oid) is not None
 
 
+def _ref_of(obj):
+    """The servant's reference of a shared object (a Value's: its raw object's)."""
+    if hasattr(obj, "get_obj"):
+        return shared(obj.get_obj())[1]
+    return obj._ref
+
+
 @pytest.mark.parametrize("make", [fiberlite.Queue, fiberlite.SimpleQueue, fiberlite.JoinableQueue,
                                   fiberlite.Lock, fiberlite.Event, lambda: fiberlite.Value("i", 3)])
 def test_dropped_when_the_last_local_handle_goes(make):
     obj = make()
-    ref = obj._ref
+    ref = _ref_of(obj)
     assert _served(ref)
     del obj
     gc.collect()

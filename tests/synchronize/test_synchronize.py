@@ -117,7 +117,7 @@ def test_lock_released_by_another_thread_wakes_waiter():
     lock.release()
 
 
-def test_lock_mutual_exclusion_across_three_jobs():
+def test_lock_mutual_exclusion_across_three_jobs(machine_path):
     lock = fiberlite.Lock()
     counter = fiberlite.RawValue("i", 0)
     jobs = [_start(add_under_lock, lock, counter, 100) for _ in range(3)]
@@ -128,7 +128,7 @@ def test_lock_mutual_exclusion_across_three_jobs():
     assert counter.value == 400
 
 
-def test_lock_timeout_in_child_and_release_by_other_process():
+def test_lock_timeout_in_child_and_release_by_other_process(machine_path):
     lock, out = fiberlite.Lock(), fiberlite.Queue()
     lock.acquire()
     p = _start(acquire_then_report, lock, out, 0.2)
@@ -141,33 +141,31 @@ def test_lock_timeout_in_child_and_release_by_other_process():
     lock.release()
 
 
-def test_lock_held_by_killed_child_is_released_and_its_waiters_dropped():
+def test_lock_held_by_killed_child_is_released_and_its_killed_waiter_forgotten(machine_path):
     lock, out = fiberlite.Lock(), fiberlite.Queue()
     holder = _start(hold_forever, lock, out)
     assert out.get(timeout=WAIT) == "held"
     assert lock.acquire(timeout=0.1) is False
     waiter = _start(acquire_then_report, lock, out)  # blocks behind the holder
-    deadline = time.monotonic() + WAIT
-    while len(lock._servant.queue) < 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    with pytest.raises(queue.Empty):
+        out.get(timeout=0.3)
     waiter.kill()
     waiter.join(WAIT)
-    while lock._servant.queue and time.monotonic() < deadline:  # its wait is forgotten
-        time.sleep(0.01)
-    assert not lock._servant.queue
     holder.kill()
     holder.join(WAIT)
     assert holder.exitcode == -9
     # multiprocessing would deadlock here; fiberlite releases a dead job's lock
     assert lock.acquire(timeout=WAIT) is True
     lock.release()
+    assert lock.acquire(False) is True  # nobody else took it: the killed waiter is gone
+    lock.release()
 
 
-def test_lock_travels_through_a_queue_and_stays_local_in_its_creator():
+def test_lock_travels_through_a_queue_and_stays_the_same_memory_in_its_creator():
     lock, q = fiberlite.Lock(), fiberlite.Queue()
     q.put(lock)
     back = q.get(timeout=WAIT)
-    assert back._servant is lock._servant  # the creator keeps calling it directly
+    assert back._local and back._mutex.address() == lock._mutex.address()
     with back:
         assert lock.acquire(False) is False
 
@@ -199,7 +197,7 @@ def test_rlock_recursion_and_ownership():
         rlock.release()
 
 
-def test_rlock_across_jobs_needs_every_release():
+def test_rlock_across_jobs_needs_every_release(machine_path):
     rlock, out = fiberlite.RLock(), fiberlite.Queue()
     rlock.acquire()
     rlock.acquire()
@@ -243,7 +241,7 @@ def test_bounded_semaphore_over_release_raises():
     assert sem.get_value() == 2
 
 
-def test_semaphore_bounds_concurrency_of_jobs():
+def test_semaphore_bounds_concurrency_of_jobs(machine_path):
     sem = fiberlite.BoundedSemaphore(2)
     inside, go = fiberlite.Queue(), fiberlite.Event()
     jobs = [_start(hold_semaphore, sem, inside, go) for _ in range(3)]
@@ -278,7 +276,7 @@ def test_event_in_process():
     assert not event.is_set()
 
 
-def test_event_set_by_child_wakes_parent_and_parent_wakes_child():
+def test_event_set_by_child_wakes_parent_and_parent_wakes_child(machine_path):
     event, back, out = fiberlite.Event(), fiberlite.Event(), fiberlite.Queue()
     waiter = _start(wait_event, back, out)
     setter = _start(set_event, event)
@@ -336,7 +334,7 @@ def test_condition_with_plain_lock_and_bad_lock():
         fiberlite.Condition(threading.Lock())
 
 
-def test_condition_notify_from_child_wakes_parent():
+def test_condition_notify_from_child_wakes_parent(machine_path):
     cond, flag = fiberlite.Condition(), fiberlite.RawValue("i", 0)
     with cond:  # held until wait() releases it, so the child cannot notify too early
         p = _start(notify_condition, cond, flag)
@@ -345,7 +343,7 @@ def test_condition_notify_from_child_wakes_parent():
     assert p.exitcode == 0
 
 
-def test_condition_wait_in_child_notified_by_parent():
+def test_condition_wait_in_child_notified_by_parent(machine_path):
     cond, out = fiberlite.Condition(fiberlite.Lock()), fiberlite.Queue()
     p = _start(wait_condition, cond, out)
     assert out.get(timeout=WAIT) == "waiting"
@@ -358,7 +356,7 @@ def test_condition_wait_in_child_notified_by_parent():
 
 
 # -- Barrier --------------------------------------------------------------------------------
-def test_barrier_of_three_jobs_runs_action_once():
+def test_barrier_of_three_jobs_runs_action_once(machine_path):
     out, actions = fiberlite.Queue(), fiberlite.Queue()
     barrier = fiberlite.Barrier(3, action=functools.partial(actions.put, "action"), timeout=WAIT)
     assert barrier.parties == 3
@@ -412,7 +410,7 @@ def test_barrier_timeout_abort_reset_in_process():
     assert sorted(results) == [0, 1]
 
 
-def test_barrier_action_that_raises_breaks_it():
+def test_barrier_action_that_raises_breaks_it(machine_path):
     def action():
         raise KeyError("bad action")
 
@@ -434,7 +432,7 @@ def test_barrier_action_that_raises_breaks_it():
     assert barrier.broken
 
 
-def test_barrier_party_killed_while_waiting_breaks_it():
+def test_barrier_party_killed_while_waiting_breaks_it(machine_path):
     barrier, out = fiberlite.Barrier(3), fiberlite.Queue()
     p = _start(pass_barrier, barrier, out)
     deadline = time.monotonic() + WAIT

@@ -14,8 +14,8 @@ an acknowledgement costs no system call and wakes nobody; the writer reads the c
 when it needs it.
 
 A frame whose first part went out but not the rest (the reader's socket is full) is
-finished by a thread of its own (:class:`_Backlog`): the sender never blocks unless it
-said it may, and a frame is never cut. One process-wide thread (:class:`_Watch`) hears
+finished by a thread of its own (:class:`~.sockets.Backlog`): the sender never blocks unless it
+said it may, and a frame is never cut. One process-wide thread (:class:`~.sockets.Watch`) hears
 of every local link whose peer hangs up, for :meth:`LocalLink.on_lost`.
 """
 from __future__ import annotations
@@ -32,15 +32,13 @@ from typing import Any
 
 from .. import auth
 from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
+from .sockets import Backlog, rest_of, unwatch, watch
 
 SCHEME = "local://"
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 HANDSHAKE_TIMEOUT = 10.0
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
-_HELLO = len(auth.HELLO) + auth.NONCE_SIZE
-_CHALLENGE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
-_PROOF = len(auth.PROOF) + auth.DIGEST_SIZE
 _POLL_IN = select.POLLIN | select.POLLPRI
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
@@ -48,34 +46,6 @@ _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 def available() -> bool:
     """Whether this system has abstract Unix sockets and eventfd (Linux)."""
     return hasattr(os, "eventfd") and hasattr(socket, "AF_UNIX") and os.uname().sysname == "Linux"
-
-
-def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
-    """``size`` bytes, or fewer if the peer hung up first."""
-    data = bytearray()
-    while len(data) < size:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return bytes(data)
-
-
-def _serve_handshake(sock: socket.socket, key: bytes, deadline: float) -> bool:
-    """The listening side of the handshake: whether the peer proved ``key``."""
-    try:
-        client_nonce = auth.parse_hello(_read_exact(sock, _HELLO, deadline))
-        if client_nonce is None:
-            return False
-        server_nonce = auth.new_nonce()
-        sock.sendall(auth.challenge(key, client_nonce, server_nonce))
-        if not auth.check_proof(key, _read_exact(sock, _PROOF, deadline), client_nonce, server_nonce):
-            return False
-        sock.sendall(auth.WELCOME)
-        return True
-    except OSError:
-        return False
 
 
 def _ack_lane(fd: int) -> memoryview:
@@ -115,11 +85,13 @@ class LocalLink(LossCallbacks):
         self._inbox = bytearray(CHUNK)  # what was read: frames not yet taken lie in
         self._view = memoryview(self._inbox)  # [_start, _end)
         self._start = self._end = 0
+        self._drained = False  # the last read emptied the socket (the next one waits first)
+        self._read_poller: Any = None
         self._receiving = False
         self._lock = threading.Lock()
         self._closed = False
         self._lost_callbacks: list[Callable[[], None]] = []
-        self._backlog: _Backlog | None = None
+        self._backlog: Backlog | None = None
         self._acks: memoryview | None = None  # the shared acknowledgement count
 
     # -- making one ----------------------------------------------------------------------
@@ -150,7 +122,7 @@ class LocalLink(LossCallbacks):
                     sock, _ = listening.accept()
                 except (socket.timeout, OSError):
                     return False
-                if _serve_handshake(sock, key, deadline):
+                if auth.check_on(sock, key, deadline):
                     lane = self._take_ack_lane(sock, deadline)
                     if lane is not None:
                         self._acks = lane
@@ -189,8 +161,7 @@ class LocalLink(LossCallbacks):
                 sock.connect("\0" + address[len(SCHEME):])
             except ConnectionRefusedError:
                 raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
-            steps = iter((_CHALLENGE, len(auth.WELCOME)))
-            auth.prove(key, sock.sendall, lambda: _read_exact(sock, next(steps), deadline), address)
+            auth.prove_on(sock, key, address, deadline)
             fd, lane = _new_ack_lane()
             try:
                 socket.send_fds(sock, [b"A"], [fd])
@@ -216,7 +187,7 @@ class LocalLink(LossCallbacks):
                 sock.close()
                 return False
             self._sock = sock
-        _watch(self)
+        watch(sock.fileno(), self._peer_gone)
         return True
 
     # -- sending -------------------------------------------------------------------------
@@ -229,8 +200,10 @@ class LocalLink(LossCallbacks):
             return False
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         backlog = self._backlog
-        if backlog is not None and not backlog.wait(deadline):
-            return False
+        if backlog is not None:
+            if not backlog.wait(deadline):
+                return False
+            self._backlog = None
         if type(frame) is tuple:
             parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
         elif len(frame) < CHUNK:  # one small frame: one copy, one call
@@ -245,10 +218,11 @@ class LocalLink(LossCallbacks):
                 break
             if not self._wait_writable(sock, deadline):
                 return False
-        rest = _rest(parts, sent)
+        rest = rest_of(parts, sent)
         if rest:
             if timeout_ms == 0:  # the caller may not wait: the rest goes on its own
-                self._backlog = _Backlog(self, [bytes(p) for p in rest])
+                rest = [bytes(p) for p in rest]
+                self._backlog = Backlog(lambda: self._send_all(sock, rest) if not self._closed else None)
             else:
                 return self._send_all(sock, rest)
         return True
@@ -284,7 +258,7 @@ class LocalLink(LossCallbacks):
             sent = self._send_some(sock, parts)
             if sent is None:
                 return False
-            parts = _rest(parts, sent)
+            parts = rest_of(parts, sent)
             if parts and not sent and not self._wait_writable(sock, None):
                 return False
         return True
@@ -347,13 +321,18 @@ class LocalLink(LossCallbacks):
         if end == CHUNK:  # no room left behind what is unread: move it to the front
             self._view[:end - start] = self._view[start:end]
             self._start, self._end = 0, end - start
+        if self._drained and deadline != 0.0:  # the last read took all there was: wait first
+            self._wait_readable(sock, deadline)
+        room = CHUNK - self._end
         try:
-            got = sock.recv_into(self._view[self._end:], CHUNK - self._end, _DONTWAIT)
+            got = sock.recv_into(self._view[self._end:], room, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
+            self._drained = True
             self._wait_readable(sock, deadline)
             return None
         except OSError:
             got = 0
+        self._drained = got < room
         if not got:
             self._peer_gone()
             if self._closed:
@@ -391,9 +370,11 @@ class LocalLink(LossCallbacks):
         wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
         if wait == 0 and not partial:
             raise LinkTimeout
-        poller = select.poll()
-        poller.register(sock, _POLL_IN)
-        poller.register(self._wake, select.POLLIN)
+        poller = self._read_poller
+        if poller is None:
+            poller = self._read_poller = select.poll()
+            poller.register(sock, _POLL_IN)
+            poller.register(self._wake, select.POLLIN)
         self._receiving = True
         try:
             ready = poller.poll(wait)
@@ -453,7 +434,7 @@ class LocalLink(LossCallbacks):
             listening.close()
         sock = self._sock
         if sock is not None:
-            _unwatch(sock)
+            unwatch(sock.fileno())
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -475,99 +456,3 @@ class LocalLink(LossCallbacks):
     def fileno(self) -> int:
         sock = self._sock
         return -1 if sock is None else sock.fileno()
-
-
-def _rest(parts: list, sent: int) -> list:
-    """What of ``parts`` is left once ``sent`` bytes went out."""
-    for i, part in enumerate(parts):
-        view = memoryview(part).cast("B")
-        if sent < view.nbytes:
-            return [view[sent:], *parts[i + 1:]]
-        sent -= view.nbytes
-    return []
-
-
-class _Backlog:
-    """The rest of a frame whose start went out, written on a thread of its own; further
-    sends wait for it (or fail, if they may not wait)."""
-
-    def __init__(self, link: LocalLink, parts: list) -> None:
-        self._done = threading.Event()
-        threading.Thread(target=self._run, args=(link, parts), daemon=True,
-                         name="fiberlite-link-backlog").start()
-
-    def _run(self, link: LocalLink, parts: list) -> None:
-        try:
-            sock = link._sock
-            if sock is not None and not link._closed:
-                link._send_all(sock, parts)
-        finally:
-            link._backlog = None
-            self._done.set()
-
-    def wait(self, deadline: float | None) -> bool:
-        return self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-
-
-class _Watch:
-    """One thread for the process that hears of local links whose peer hung up; it ends
-    once no link is left to watch (the next link starts another)."""
-
-    def __init__(self) -> None:
-        self._epoll = select.epoll()
-        self._stop = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._epoll.register(self._stop, select.EPOLLIN)
-        self._links: dict[int, LocalLink] = {}
-        threading.Thread(target=self._run, daemon=True, name="fiberlite-link-watch").start()
-
-    def add(self, link: LocalLink) -> None:
-        sock = link._sock
-        if sock is not None:
-            self._links[sock.fileno()] = link
-            self._epoll.register(sock.fileno(), select.EPOLLRDHUP | select.EPOLLONESHOT)
-
-    def remove(self, fd: int) -> bool:
-        """Stop watching ``fd``; whether no link is left (then the thread ends)."""
-        if self._links.pop(fd, None) is not None:
-            try:
-                self._epoll.unregister(fd)
-            except OSError:
-                pass
-        if self._links:
-            return False
-        os.eventfd_write(self._stop, 1)
-        return True
-
-    def _run(self) -> None:
-        try:
-            while True:
-                for fd, _ in self._epoll.poll():
-                    if fd == self._stop:
-                        return
-                    with _watcher_lock:
-                        link = self._links.pop(fd, None)
-                    if link is not None:
-                        link._peer_gone()
-        finally:
-            self._epoll.close()
-            os.close(self._stop)
-
-
-_watcher: _Watch | None = None
-_watcher_lock = threading.Lock()
-
-
-def _watch(link: LocalLink) -> None:
-    """Watch ``link`` for its peer's hang-up."""
-    global _watcher
-    with _watcher_lock:
-        if _watcher is None:
-            _watcher = _Watch()
-        _watcher.add(link)
-
-
-def _unwatch(sock: socket.socket) -> None:
-    global _watcher
-    with _watcher_lock:
-        if _watcher is not None and _watcher.remove(sock.fileno()):
-            _watcher = None

@@ -1,0 +1,161 @@
+"""Acting in this process's shared memory for the jobs that cannot map it.
+
+A job on another machine (or with ``share_machine`` off) reaches a lock, a semaphore,
+a ``Value`` through its creator's hub. The object's servant acts for it on the same
+memory, naming the job by a slot of its own (:class:`RemoteUsers`): what the job holds
+is recorded in the memory as if it had mapped it, and recovered when its connection
+to this hub ends.
+
+A call that has to wait waits on a thread of its own (:class:`Waits`), in slices of
+:data:`SLICE` seconds, so that a call withdrawn (its caller was interrupted, or went)
+stops within a slice; if it got what it waited for meanwhile, that is given back.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Hashable
+
+from ..hub import LOCAL_PEER, Servant, get_hub
+from . import _sync
+from .arena import CREATOR_SLOT, Arena
+
+SLICE = 0.2
+NOT_YET = object()  # what an attempt returns while the call has to wait on
+
+
+class RemoteUsers(Servant):
+    """The slots of the jobs that use this process's memory through its hub, and the
+    tokens of their threads; it hears of each job whose connection ends."""
+
+    def __init__(self, arena: Arena) -> None:
+        self._arena = arena
+        self._slots: dict[int, int] = {}
+        self._threads: dict[int, dict[tuple[int, int], int]] = {}
+        self._lock = threading.Lock()
+
+    def slot(self, peer: int) -> int:
+        if peer == LOCAL_PEER:
+            return CREATOR_SLOT
+        with self._lock:
+            slot = self._slots.get(peer)
+            if slot is None:
+                slot = self._slots[peer] = self._arena.slots.take()
+            return slot
+
+    def token(self, peer: int, pid: int, tid: int) -> int:
+        """The token that names thread ``tid`` of process ``pid`` of the job ``peer``."""
+        slot = self.slot(peer)
+        with self._lock:
+            threads = self._threads.setdefault(peer, {})
+            index = threads.get((pid, tid))
+            if index is None:
+                index = threads[(pid, tid)] = len(threads) % ((1 << _sync.THREAD_BITS) - 1) + 1
+        return (slot << _sync.THREAD_BITS) | index
+
+    def peer_lost(self, peer: int) -> None:
+        with self._lock:
+            slot = self._slots.pop(peer, None)
+            self._threads.pop(peer, None)
+        if slot is not None:
+            threading.Thread(target=self._arena.recover, args=(slot,), daemon=True,
+                             name="fiberlite-shm-recover").start()
+
+
+_users: RemoteUsers | None = None
+_users_lock = threading.Lock()
+
+
+def remote_users(arena: Arena) -> RemoteUsers:
+    """This process's :class:`RemoteUsers` of ``arena`` (registered in its hub)."""
+    global _users
+    if _users is None or _users._arena is not arena:
+        with _users_lock:
+            if _users is None or _users._arena is not arena:
+                _users = RemoteUsers(arena)
+                get_hub().register(_users)
+    return _users
+
+
+class _Wait:
+    __slots__ = ("peer", "cancelled", "done", "after")
+
+    def __init__(self, peer: int) -> None:
+        self.peer = peer
+        self.cancelled = False
+        self.done = False
+        self.after: list[Callable[[], None]] = []
+
+
+class Waits:
+    """The calls of jobs waiting on one object, each on a thread of its own."""
+
+    def __init__(self) -> None:
+        self._waits: dict[Hashable, _Wait] = {}
+        self._lock = threading.Lock()
+
+    def start(self, request: Any, key: Hashable, attempt: Callable[[float | None], Any],
+              timeout: float | None, timed_out: Any, undo: Callable[[Any], None] | None = None) -> None:
+        """Answer ``request`` with what ``attempt(seconds)`` returns once it is not
+        :data:`NOT_YET`, or with ``timed_out`` after ``timeout``; a call withdrawn
+        (:meth:`cancel`) is not answered, and what it got is given back with ``undo``."""
+        wait = _Wait(request.peer)
+        with self._lock:
+            self._waits[key] = wait
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        threading.Thread(target=self._run, args=(request, key, wait, attempt, deadline, timed_out, undo),
+                         daemon=True, name="fiberlite-remote-wait").start()
+
+    def _run(self, request, key, wait: _Wait, attempt, deadline, timed_out, undo) -> None:
+        result: Any = NOT_YET
+        error: Exception | None = None
+        try:
+            while not wait.cancelled:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    result = timed_out
+                    break
+                result = attempt(SLICE if remaining is None else min(SLICE, remaining))
+                if result is not NOT_YET:
+                    break
+        except Exception as exc:
+            error = exc
+        with self._lock:
+            if self._waits.get(key) is wait:
+                del self._waits[key]
+            wait.done = True
+            after, wait.after = wait.after, []
+        if wait.cancelled:
+            if result is not NOT_YET and undo is not None:
+                undo(result)
+        elif error is not None:
+            request.fail(error)
+        else:
+            request.reply(result)
+        for call in after:
+            call()
+
+    def waiting(self, key: Hashable) -> bool:
+        """Whether the call ``key`` is still waiting (not withdrawn, not answered)."""
+        return key in self._waits
+
+    def cancel(self, key: Hashable, then: Callable[[], None] | None = None) -> bool:
+        """Withdraw the call ``key``: whether it was still waiting. ``then`` is called once
+        its thread is done (at once if it is not waiting)."""
+        with self._lock:
+            wait = self._waits.pop(key, None)
+            if wait is not None:
+                wait.cancelled = True
+                if then is not None and not wait.done:
+                    wait.after.append(then)
+                    then = None
+        if then is not None:
+            then()
+        return wait is not None
+
+    def cancel_peer(self, peer: int) -> None:
+        """Withdraw every call of the job ``peer`` (its connection ended)."""
+        with self._lock:
+            keys = [key for key, wait in self._waits.items() if wait.peer == peer]
+        for key in keys:
+            self.cancel(key)

@@ -1,0 +1,316 @@
+"""``Barrier``: ``threading.Barrier``'s algorithm on a lock, a condition and a few words in shared memory.
+
+    words 0-1   the barrier's own lock          2-4   its condition (:mod:`.condvar`)
+    5 state     6 count   7 parties   8 generation   9 the slot running the action
+    10...       the slot of the party at each arrival index (0: none)
+
+The action runs in the last party to arrive, in whichever process that is, outside the
+lock: the others wait meanwhile (state ``ACTING``) and are released, or get
+``BrokenBarrierError``, once it reports (:func:`action_done`). Each party records its
+process's slot at its arrival index and clears it as it leaves, so that when a process
+dies (:meth:`BarrierServant.recover`) the barrier knows it lost a party: it breaks, and
+forgets the dead party's arrival, so that a ``reset()`` can bring it back to use.
+"""
+from __future__ import annotations
+
+import time
+from threading import BrokenBarrierError
+from typing import Any, Callable
+
+from ..runtime.shm import _sync
+from ..runtime.shm.arena import CREATOR_SLOT, Block
+from . import condvar
+from .shared import BlockServant, SharedPrimitive, blocking_call
+
+__all__ = ["Barrier"]
+
+FILLING, DRAINING, RESETTING, BROKEN, ACTING = 0, 1, 2, 3, 4
+STATE, COUNT, PARTIES, GENERATION, ACTOR, ARRIVALS = 5, 6, 7, 8, 9, 10
+
+
+def barrier_bytes(parties: int) -> int:
+    return 4 * (ARRIVALS + parties)
+
+
+class _Barrier:
+    """The words of one barrier, used by one thread (``holder``: how it holds the lock)."""
+
+    def __init__(self, buffer: Any, offset: int, mutex: Any, token: int | None = None) -> None:
+        self.words = memoryview(buffer)[offset:offset + barrier_bytes(1)].cast("I")
+        parties = self.words[PARTIES]
+        self.words = memoryview(buffer)[offset:offset + barrier_bytes(parties)].cast("I")
+        self.cond_words, self.seq_address = condvar.cells(buffer, offset + 8)
+        self.holder = condvar.Holder(mutex, token)
+        self.mutex = mutex
+        self.token = token
+
+    def lock(self) -> None:
+        if self.token is None:
+            self.mutex.acquire()
+        else:
+            self.mutex.acquire_as(self.token)
+
+    def unlock(self) -> None:
+        if self.token is None:
+            self.mutex.release()
+        else:
+            self.mutex.release_as(self.token)
+
+    def wait_cond(self, timeout: float | None, cancelled: Callable[[], bool] | None) -> bool:
+        return condvar.wait(self.cond_words, self.seq_address, self.holder, timeout, cancelled)
+
+    def notify_all(self) -> None:
+        condvar.notify(self.cond_words, self.seq_address, self.holder, None)
+
+    # -- under the lock ------------------------------------------------------------------
+    def arrive(self, slot: int, timeout: float | None, has_action: bool,
+               cancelled: Callable[[], bool] | None = None) -> tuple:
+        """One party's wait: ``("ok", index)``, or ``("action", index, generation)`` for
+        the last one when there is an action to run first (then :meth:`action_done`)."""
+        w = self.words
+        self.lock()
+        try:
+            while w[STATE] in (DRAINING, RESETTING, ACTING):  # the previous round is leaving
+                self.wait_cond(None, cancelled)
+                if cancelled is not None and cancelled():
+                    raise BrokenBarrierError
+            if w[STATE] == BROKEN:
+                raise BrokenBarrierError
+            index = w[COUNT]
+            w[COUNT] += 1
+            w[ARRIVALS + index] = slot
+            keep = False
+            try:
+                if index + 1 == w[PARTIES]:
+                    if has_action:
+                        w[STATE], w[ACTOR] = ACTING, slot
+                        keep = True  # counted until the action is done
+                        return ("action", index, w[GENERATION])
+                    self._pass()
+                else:
+                    self._wait(timeout, cancelled)
+                return ("ok", index)
+            finally:
+                if not keep:
+                    self._leave(index)
+        finally:
+            self.unlock()
+
+    def _wait(self, timeout: float | None, cancelled: Callable[[], bool] | None) -> None:
+        """Wait until the round passes; the barrier breaks if it does not in time (or the
+        call is withdrawn), and a broken or reset one raises."""
+        w = self.words
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while w[STATE] in (FILLING, ACTING):
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if (remaining is not None and remaining <= 0) or (cancelled is not None and cancelled()):
+                self._break()
+                raise BrokenBarrierError
+            self.wait_cond(remaining, cancelled)
+        if w[STATE] in (BROKEN, RESETTING):
+            raise BrokenBarrierError
+
+    def _pass(self) -> None:
+        self.words[STATE] = DRAINING
+        self.notify_all()
+
+    def _leave(self, index: int) -> None:
+        w = self.words
+        w[ARRIVALS + index] = 0
+        w[COUNT] -= 1
+        self._settle()
+
+    def _settle(self) -> None:
+        w = self.words
+        if w[COUNT] == 0 and w[STATE] in (RESETTING, DRAINING):
+            w[STATE] = FILLING
+            w[GENERATION] += 1
+            self.notify_all()
+
+    def _break(self) -> None:
+        self.words[STATE] = BROKEN
+        self.notify_all()
+
+    # -- operations ----------------------------------------------------------------------
+    def action_done(self, generation: int, ok: bool, index: int) -> None:
+        w = self.words
+        self.lock()
+        try:
+            if w[STATE] == ACTING and w[GENERATION] == generation:
+                if ok:
+                    self._pass()
+                else:
+                    self._break()
+            self._leave(index)
+        finally:
+            self.unlock()
+
+    def reset(self) -> None:
+        w = self.words
+        self.lock()
+        try:
+            w[STATE] = RESETTING if w[COUNT] else FILLING
+            self.notify_all()
+        finally:
+            self.unlock()
+
+    def abort(self) -> None:
+        self.lock()
+        try:
+            self._break()
+        finally:
+            self.unlock()
+
+    def state(self) -> tuple[int, bool]:
+        """``(n_waiting, broken)``."""
+        w = self.words
+        return (w[COUNT] if w[STATE] == FILLING else 0, w[STATE] == BROKEN)
+
+    def lose(self, slot: int) -> None:
+        """The process of ``slot`` is gone: if it was a party, the barrier breaks and
+        forgets it (the lock is taken from it first if it died holding it)."""
+        w = self.words
+        self.lock()
+        try:
+            lost = [i for i in range(w[PARTIES]) if w[ARRIVALS + i] == slot]
+            if not lost:
+                return
+            for index in lost:
+                w[ARRIVALS + index] = 0
+                w[COUNT] -= 1
+            if w[STATE] in (FILLING, ACTING):
+                self._break()
+            self._settle()
+        finally:
+            self.unlock()
+
+
+class BarrierServant(BlockServant):
+    """A barrier in its creator's hub: acts for the jobs that cannot map it, and breaks it
+    when a party's process goes."""
+
+    def __init__(self, block: Block) -> None:
+        super().__init__(block)
+        self.mutex = _sync.Mutex(block.buffer, block.offset, CREATOR_SLOT)
+        self.barrier = _Barrier(block.buffer, block.offset, self.mutex)
+
+    def recover(self, slot: int) -> None:
+        self.mutex.recover(slot)
+        self.barrier.lose(slot)
+
+    def _acting_for(self, request, pid: int, tid: int) -> _Barrier:
+        return _Barrier(self.block.buffer, self.block.offset, self.mutex, self.token(request, pid, tid))
+
+    def op_wait(self, request, timeout: float | None, has_action: bool, pid: int, tid: int,
+                ticket: int) -> None:
+        barrier = self._acting_for(request, pid, tid)
+        key = (request.peer, pid, tid, ticket)
+        slot = self.users.slot(request.peer)
+        waits = self.waits
+
+        def attempt(_: float | None) -> Any:  # one whole wait (sliced inside), withdrawn with the call
+            return barrier.arrive(slot, timeout, has_action, lambda: not waits.waiting(key))
+        waits.start(request, key, attempt, None, None)
+
+    def op_action_done(self, request, generation: int, ok: bool, index: int) -> None:
+        self.barrier.action_done(generation, ok, index)
+        request.reply()
+
+    def op_reset(self, request) -> None:
+        self.barrier.reset()
+        request.reply()
+
+    def op_abort(self, request) -> None:
+        self.barrier.abort()
+        request.reply()
+
+    def op_state(self, request) -> None:
+        request.reply(self.barrier.state())
+
+
+class Barrier(SharedPrimitive):
+    """A barrier for ``parties`` jobs (``multiprocessing.Barrier``).
+
+    ``action`` runs in the last party to arrive (in whichever job that is), before the
+    others are released; if it raises, the barrier breaks.
+    """
+
+    def __init__(self, parties: int, action: Callable[[], Any] | None = None,
+                 timeout: float | None = None, *, ctx: Any = None) -> None:
+        if parties < 1:
+            raise ValueError("parties must be >= 1")
+        self._parties = parties
+        self._action = action
+        self._timeout = timeout
+        block = self._create(barrier_bytes(parties), BarrierServant)
+        memoryview(block.buffer)[block.offset:block.offset + barrier_bytes(parties)].cast("I")[PARTIES] = parties
+        self._publish()
+
+    def _getstate(self) -> tuple:
+        return (self._parties, self._action, self._timeout)
+
+    def _setstate(self, state: tuple) -> None:
+        self._parties, self._action, self._timeout = state
+
+    def _bind(self, buffer: Any, offset: int, slot: int) -> None:
+        self._mutex = _sync.Mutex(buffer, offset, slot)
+        self._barrier = _Barrier(buffer, offset, self._mutex)
+        self._slot = slot
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for all parties; return this party's arrival index (0 .. parties-1)."""
+        if timeout is None:
+            timeout = self._timeout
+        has_action = self._action is not None
+        if self._local:
+            reply = self._barrier.arrive(self._slot, timeout, has_action)
+        else:
+            reply = blocking_call(self._ref, "wait", timeout, has_action)
+        if reply[0] == "ok":
+            return reply[1]
+        _, index, generation = reply
+        try:
+            self._action()  # type: ignore[misc]
+        except BaseException:
+            self._action_done(generation, False, index)
+            raise
+        self._action_done(generation, True, index)
+        return index
+
+    def _action_done(self, generation: int, ok: bool, index: int) -> None:
+        if self._local:
+            self._barrier.action_done(generation, ok, index)
+        else:
+            self._ref.call("action_done", generation, ok, index)
+
+    def reset(self) -> None:
+        """Return to the empty state; parties waiting get BrokenBarrierError."""
+        self._barrier.reset() if self._local else self._ref.call("reset")
+
+    def abort(self) -> None:
+        """Break the barrier: current and future waits raise BrokenBarrierError."""
+        self._barrier.abort() if self._local else self._ref.call("abort")
+
+    def _state(self) -> tuple[int, bool]:
+        return self._barrier.state() if self._local else self._ref.call("state")
+
+    @property
+    def parties(self) -> int:
+        return self._parties
+
+    @property
+    def n_waiting(self) -> int:
+        return self._state()[0]
+
+    @property
+    def broken(self) -> bool:
+        return self._state()[1]
+
+    def __repr__(self) -> str:
+        try:
+            n_waiting, broken = self._state()
+        except Exception:
+            return f"<{type(self).__name__} at {id(self):#x}: unknown>"
+        if broken:
+            return f"<{type(self).__name__} at {id(self):#x}: broken>"
+        return f"<{type(self).__name__} at {id(self):#x}: waiters={n_waiting}/{self._parties}>"

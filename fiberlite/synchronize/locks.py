@@ -1,0 +1,143 @@
+"""``Lock`` and ``RLock``: a word in shared memory that names its holder.
+
+In every process that maps the lock's memory, ``acquire`` and ``release`` are the C
+methods of a :class:`~fiberlite.runtime.shm._sync.Mutex` (a compare-and-swap when the
+lock is free, a futex wait when it is not), at the cost of ``multiprocessing``'s lock.
+The holder's token stays in the memory, so that when its process dies the creator
+gives the lock back (:meth:`LockServant.recover`). Processes that cannot map it
+acquire and release through the creator's hub (:class:`LockServant` acts for them).
+
+The lock's servant also keeps the state of the conditions built on it
+(:mod:`.condition`): a condition's words live beside its lock, in the lock's creator.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.shm import _sync
+from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
+from ..runtime.shm.place import Place
+from . import condvar
+from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name
+
+MUTEX_BYTES = 8
+
+
+class LockServant(BlockServant):
+    """A lock in its creator's hub: acts for the jobs that cannot map it."""
+
+    def __init__(self, block: Block, recursive: bool) -> None:
+        super().__init__(block)
+        self.mutex = _sync.Mutex(block.buffer, block.offset, CREATOR_SLOT, recursive)
+        self.conditions: dict[str, Block] = {}
+
+    def recover(self, slot: int) -> None:
+        self.mutex.recover(slot)
+
+    def op_acquire(self, request, block: bool, timeout: float | None, pid: int, tid: int,
+                   ticket: int) -> None:
+        token, mutex = self.token(request, pid, tid), self.mutex
+        self.acquire_for(request, block, timeout, pid, tid, ticket,
+                         lambda wait, seconds: mutex.acquire_as(token, wait, seconds),
+                         lambda: mutex.owner() == token and mutex.release_as(token))
+
+    def op_release(self, request, pid: int, tid: int) -> None:
+        request.reply(self.mutex.release_as(self.token(request, pid, tid)))
+
+    def op_state(self, request, pid: int, tid: int) -> None:
+        """``(held by the caller, the holder's token, the caller's token, depth)``."""
+        token = self.token(request, pid, tid)
+        owner = self.mutex.owner()
+        request.reply((owner == token, owner, token, self.mutex.depth()))
+
+    def op_condition(self, request, size: int) -> None:
+        """A new condition's memory, beside the lock: ``(cid, place)``."""
+        block = arena().allocate(size)
+        cid = f"{block.segment}:{block.offset}"
+        self.conditions[cid] = block
+        request.reply((cid, Place(arena().cookie, block.segment, block.offset, block.size)))
+
+    # a remote thread's wait and notify on one of the lock's conditions (see .condvar)
+    def op_cond_wait(self, request, cid: str, timeout: float | None, pid: int, tid: int,
+                     ticket: int) -> None:
+        condvar.remote_wait(self, request, cid, timeout, pid, tid, ticket)
+
+    def op_cond_resume(self, request, pid: int, tid: int, ticket: int) -> None:
+        condvar.remote_resume(self, request, pid, tid, ticket)
+
+    def op_cond_notify(self, request, cid: str, n: int | None, pid: int, tid: int) -> None:
+        condvar.remote_notify(self, request, cid, n, pid, tid)
+
+    def op_cond_state(self, request, cid: str) -> None:
+        block = self.conditions[cid]
+        request.reply(condvar.sleepers(condvar.cells(block.buffer, block.offset)[0]))
+
+
+class _LockBase(SharedPrimitive):
+    _recursive = False
+
+    def __init__(self, *, ctx: Any = None) -> None:
+        self._create(MUTEX_BYTES, LockServant, self._recursive)
+        self._publish()
+
+    def _bind(self, buffer: Any, offset: int, slot: int) -> None:
+        self._mutex = mutex = _sync.Mutex(buffer, offset, slot, self._recursive)
+        self.acquire = mutex.acquire  # C methods, as multiprocessing binds its SemLock's
+        self.release = mutex.release
+
+    def _bind_remote(self) -> None:
+        super()._bind_remote()
+        self._mutex = None
+        self.acquire = self._acquire_remote
+        self.release = self._release_remote
+
+    def _acquire_remote(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
+        return blocking_call(self._ref, "acquire", block, timeout, undo_grant=True)
+
+    def _release_remote(self) -> None:
+        """Release the lock (ValueError if unlocked; an RLock must be held by the caller)."""
+        self._ref.call("release", *caller())
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def _state(self) -> tuple[bool, int, int, int]:
+        """``(mine, owner, my token, depth)``."""
+        mutex = self._mutex
+        if mutex is not None:
+            return mutex.is_mine(), mutex.owner(), mutex.token(), mutex.depth()
+        return self._ref.call("state", *caller())
+
+    def _is_mine(self) -> bool:
+        return self._state()[0]
+
+
+class Lock(_LockBase):
+    """A non-recursive lock (``multiprocessing.Lock``): any thread or job may release it."""
+
+    def __repr__(self) -> str:
+        try:
+            mine, owner, token, _ = self._state()
+            name = owner_name(mine, owner, token)
+        except Exception:
+            name = "unknown"
+        return f"<Lock(owner={name})>"
+
+
+class RLock(_LockBase):
+    """A recursive lock (``multiprocessing.RLock``): only its owner thread may release it."""
+
+    _recursive = True
+
+    def __repr__(self) -> str:
+        try:
+            mine, owner, token, depth = self._state()
+            name = owner_name(mine, owner, token)
+            count: Any = depth if mine else (0 if not owner else "nonzero")
+        except Exception:
+            name, count = "unknown", "unknown"
+        return f"<RLock({name}, {count})>"

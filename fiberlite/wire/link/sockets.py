@@ -1,0 +1,102 @@
+"""What local links share beyond one socket: the process's watch for peers that hang up
+(:class:`Watch`, one thread while any local link is open), and the rest of a frame a
+sender could not wait for (:class:`Backlog`, written by a thread of its own).
+"""
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from typing import Callable
+
+
+def rest_of(parts: list, sent: int) -> list:
+    """What of ``parts`` is left once ``sent`` bytes went out."""
+    for i, part in enumerate(parts):
+        view = memoryview(part).cast("B")
+        if sent < view.nbytes:
+            return [view[sent:], *parts[i + 1:]]
+        sent -= view.nbytes
+    return []
+
+
+class Backlog:
+    """The rest of a frame whose start went out, written by ``write()`` on a thread of its
+    own; further sends wait for it (:meth:`wait`), or fail if they may not wait."""
+
+    def __init__(self, write: Callable[[], object]) -> None:
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(write,), daemon=True,
+                         name="fiberlite-link-backlog").start()
+
+    def _run(self, write: Callable[[], object]) -> None:
+        try:
+            write()
+        finally:
+            self._done.set()
+
+    def wait(self, deadline: float | None) -> bool:
+        return self._done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+class Watch:
+    """One thread for the process that hears of local links whose peer hung up; it ends
+    once no link is left to watch (the next link starts another)."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._stop = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._epoll.register(self._stop, select.EPOLLIN)
+        self._calls: dict[int, Callable[[], None]] = {}
+        threading.Thread(target=self._run, daemon=True, name="fiberlite-link-watch").start()
+
+    def add(self, fd: int, hung_up: Callable[[], None]) -> None:
+        self._calls[fd] = hung_up
+        self._epoll.register(fd, select.EPOLLRDHUP | select.EPOLLONESHOT)
+
+    def remove(self, fd: int) -> bool:
+        """Stop watching ``fd``; whether nothing is left (then the thread ends)."""
+        if self._calls.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except OSError:
+                pass
+        if self._calls:
+            return False
+        os.eventfd_write(self._stop, 1)
+        return True
+
+    def _run(self) -> None:
+        try:
+            while True:
+                for fd, _ in self._epoll.poll():
+                    if fd == self._stop:
+                        return
+                    with _watcher_lock:
+                        hung_up = self._calls.pop(fd, None)
+                    if hung_up is not None:
+                        hung_up()
+        finally:
+            self._epoll.close()
+            os.close(self._stop)
+
+
+_watcher: Watch | None = None
+_watcher_lock = threading.Lock()
+
+
+def watch(fd: int, hung_up: Callable[[], None]) -> None:
+    """Call ``hung_up()`` (on the watch's thread) once the peer of socket ``fd`` hangs up."""
+    global _watcher
+    with _watcher_lock:
+        if _watcher is None:
+            _watcher = Watch()
+        _watcher.add(fd, hung_up)
+
+
+def unwatch(fd: int) -> None:
+    global _watcher
+    with _watcher_lock:
+        if _watcher is not None and _watcher.remove(fd):
+            _watcher = None
