@@ -39,7 +39,7 @@ class SynchronizedBase:
         return self._lock.__exit__(*args)
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self._obj, self._lock, self._guarded))
+        return (_rebuild, (self._obj, self._lock, self._guarded))
 
     def get_obj(self) -> Any:
         return self._obj
@@ -84,18 +84,6 @@ class Synchronized(SynchronizedBase):
         finally:
             self.release()
 
-    def __getattr__(self, name: str) -> Any:  # a Structure's fields
-        obj = self.__dict__.get("_obj")
-        if obj is not None and not name.startswith("_") and name in _fields(obj):
-            return self._access("get", name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        obj = self.__dict__.get("_obj")
-        if obj is not None and not name.startswith("_") and name in _fields(obj):
-            self._access("set", name, value)
-        else:
-            object.__setattr__(self, name, value)
 
 
 class SynchronizedArray(AccessedArray, SynchronizedBase):
@@ -117,11 +105,21 @@ def _fields(obj: Any) -> tuple:
     return tuple(f[0] for f in getattr(ctype, "_fields_", ()))
 
 
+_structures: dict[type, type] = {}
+
+
 def _class_for(obj: Any) -> type:
     ctype = obj._ctype if isinstance(obj, RawProxy) else type(obj)
     if issubclass(ctype, ctypes.Array):
         return SynchronizedString if ctype._type_ is ctypes.c_char else SynchronizedArray
-    return Synchronized
+    names = _fields(obj)
+    if not names:
+        return Synchronized
+    cls = _structures.get(ctype)
+    if cls is None:  # a Structure: its fields are properties that take the lock (as the stdlib's)
+        cls = _structures[ctype] = type(f"Synchronized{ctype.__name__}", (Synchronized,),
+                                        {name: accessed(name) for name in names})
+    return cls
 
 
 def synchronized(obj: Any, lock: Any = None, ctx: Any = None, guarded: bool = False) -> SynchronizedBase:
@@ -133,5 +131,5 @@ def synchronized(obj: Any, lock: Any = None, ctx: Any = None, guarded: bool = Fa
     return _class_for(obj)(obj, lock, guarded)
 
 
-def _rebuild(cls: type, obj: Any, lock: Any, guarded: bool) -> SynchronizedBase:
-    return cls(obj, lock, guarded)
+def _rebuild(obj: Any, lock: Any, guarded: bool) -> SynchronizedBase:
+    return _class_for(obj)(obj, lock, guarded)

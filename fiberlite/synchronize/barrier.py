@@ -1,8 +1,8 @@
 """``Barrier``: ``threading.Barrier``'s algorithm on a lock, a condition and a few words in shared memory.
 
-    words 0-1   the barrier's own lock          2-4   its condition (:mod:`.condvar`)
-    5 state     6 count   7 parties   8 generation   9 the slot running the action
-    10...       the slot of the party at each arrival index (0: none)
+    the barrier's own lock (a Mutex), then its condition (:mod:`.condvar`), then the
+    words: state, count, parties, generation, the slot running the action, and the slot
+    of the party at each arrival index (0: none)
 
 The action runs in the last party to arrive, in whichever process that is, outside the
 lock: the others wait meanwhile (state ``ACTING``) and are released, or get
@@ -25,7 +25,9 @@ from .shared import BlockServant, SharedPrimitive, blocking_call
 __all__ = ["Barrier"]
 
 FILLING, DRAINING, RESETTING, BROKEN, ACTING = 0, 1, 2, 3, 4
-STATE, COUNT, PARTIES, GENERATION, ACTOR, ARRIVALS = 5, 6, 7, 8, 9, 10
+COND_OFFSET = _sync.MUTEX_BYTES  # bytes
+_BASE = (COND_OFFSET + condvar.CONDITION_BYTES) // 4  # words
+STATE, COUNT, PARTIES, GENERATION, ACTOR, ARRIVALS = range(_BASE, _BASE + 6)
 
 
 def barrier_bytes(parties: int) -> int:
@@ -39,7 +41,7 @@ class _Barrier:
         self.words = memoryview(buffer)[offset:offset + barrier_bytes(1)].cast("I")
         parties = self.words[PARTIES]
         self.words = memoryview(buffer)[offset:offset + barrier_bytes(parties)].cast("I")
-        self.cond_words, self.seq_address = condvar.cells(buffer, offset + 8)
+        self.cond_words, self.seq_address = condvar.cells(buffer, offset + COND_OFFSET)
         self.holder = condvar.Holder(mutex, token)
         self.mutex = mutex
         self.token = token
@@ -116,8 +118,9 @@ class _Barrier:
 
     def _leave(self, index: int) -> None:
         w = self.words
-        w[ARRIVALS + index] = 0
-        w[COUNT] -= 1
+        if w[ARRIVALS + index]:  # (unless the party was given up for lost meanwhile)
+            w[ARRIVALS + index] = 0
+            w[COUNT] -= 1
         self._settle()
 
     def _settle(self) -> None:

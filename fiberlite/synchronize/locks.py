@@ -20,7 +20,7 @@ from ..runtime.shm.place import Place
 from . import condvar
 from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name
 
-MUTEX_BYTES = 8
+MUTEX_BYTES = _sync.MUTEX_BYTES
 
 
 class LockServant(BlockServant):

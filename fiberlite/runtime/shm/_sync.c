@@ -8,7 +8,8 @@
  * back, and a critical section it died in is finished from its journal. Nothing here
  * depends on the dead process having run any code on its way out.
  *
- *   Mutex      word 0: owner token (bit 31: someone may sleep on it); word 1: depth
+ *   Mutex      word 0: owner token (bit 31: someone may sleep on it); word 16 (the next
+ *              cache line, where waiters do not spin): the holder's depth
  *   Semaphore  a short internal mutex (word 0), the value (word 1, slept on), the bound,
  *              the initial value, a journal of the update under way, and a table of
  *              (slot, units held), so that a dead process's units can be given back
@@ -259,6 +260,9 @@ typedef struct {
     int recursive;
 } Mutex;
 
+#define DEPTH 16 /* the word of the holder's depth */
+#define MUTEX_BYTES (4 * (DEPTH + 1))
+
 static int Mutex_init(Mutex *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"buffer", "offset", "slot", "recursive", NULL};
@@ -269,14 +273,18 @@ static int Mutex_init(Mutex *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "Onk|p", kwlist, &buffer, &offset, &slot, &recursive))
         return -1;
     self->recursive = recursive;
-    return shared_init(&self->shared, buffer, offset, 8, slot);
+    return shared_init(&self->shared, buffer, offset, MUTEX_BYTES, slot);
 }
 
 static PyObject *mutex_acquire_token(Mutex *self, uint32_t token, PyObject *block, PyObject *timeout)
 {
     uint32_t *owner = self->shared.words;
     if (self->recursive && (__atomic_load_n(owner, __ATOMIC_RELAXED) & TOKEN_MASK) == token) {
-        self->shared.words[1] += 1;
+        self->shared.words[DEPTH] += 1;
+        Py_RETURN_TRUE;
+    }
+    if (try_lock(owner, token)) { /* free, as nearly always */
+        self->shared.words[DEPTH] = 1;
         Py_RETURN_TRUE;
     }
     Wait w;
@@ -287,17 +295,39 @@ static PyObject *mutex_acquire_token(Mutex *self, uint32_t token, PyObject *bloc
         return NULL;
     if (!r)
         Py_RETURN_FALSE;
-    self->shared.words[1] = 1;
+    self->shared.words[DEPTH] = 1;
     Py_RETURN_TRUE;
 }
 
-static PyObject *Mutex_acquire(Mutex *self, PyObject *args, PyObject *kwds)
+/* block and timeout, by position or by name, without building a tuple (the hot path) */
+static int fast_wait_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          PyObject **block, PyObject **timeout)
 {
-    static char *kwlist[] = {"block", "timeout", NULL};
-    PyObject *block = NULL, *timeout = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO", kwlist, &block, &timeout))
-        return NULL;
-    if (check_generation(&self->shared) < 0)
+    if (nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "acquire() takes at most 2 arguments (block, timeout)");
+        return -1;
+    }
+    *block = nargs > 0 ? args[0] : NULL;
+    *timeout = nargs > 1 ? args[1] : NULL;
+    Py_ssize_t count = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "block") == 0 && !*block)
+            *block = args[nargs + i];
+        else if (PyUnicode_CompareWithASCIIString(name, "timeout") == 0 && !*timeout)
+            *timeout = args[nargs + i];
+        else {
+            PyErr_Format(PyExc_TypeError, "acquire() got an unexpected keyword argument '%U'", name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *Mutex_acquire(Mutex *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *block, *timeout;
+    if (fast_wait_args(args, nargs, kwnames, &block, &timeout) < 0 || check_generation(&self->shared) < 0)
         return NULL;
     return mutex_acquire_token(self, my_token(&self->shared), block, timeout);
 }
@@ -311,13 +341,13 @@ static PyObject *mutex_release_token(Mutex *self, uint32_t token)
             PyErr_SetString(NotOwnedError, "attempt to release recursive lock not owned by thread");
             return NULL;
         }
-        if (--self->shared.words[1] > 0)
+        if (--self->shared.words[DEPTH] > 0)
             Py_RETURN_NONE;
     } else if (!held) {
         PyErr_SetString(PyExc_ValueError, "semaphore or lock released too many times");
         return NULL;
     }
-    self->shared.words[1] = 0;
+    self->shared.words[DEPTH] = 0;
     unlock_word(owner);
     Py_RETURN_NONE;
 }
@@ -367,8 +397,8 @@ static PyObject *mutex_release_save(Mutex *self, uint32_t token)
         PyErr_SetString(NotOwnedError, "cannot wait on un-acquired lock");
         return NULL;
     }
-    uint32_t depth = self->shared.words[1];
-    self->shared.words[1] = 0;
+    uint32_t depth = self->shared.words[DEPTH];
+    self->shared.words[DEPTH] = 0;
     unlock_word(self->shared.words);
     return PyLong_FromUnsignedLong(depth);
 }
@@ -378,7 +408,7 @@ static PyObject *mutex_release_save(Mutex *self, uint32_t token)
 static PyObject *mutex_acquire_restore(Mutex *self, uint32_t token, unsigned long depth)
 {
     lock_briefly(self->shared.words, token, 0);
-    self->shared.words[1] = (uint32_t)depth;
+    self->shared.words[DEPTH] = (uint32_t)depth;
     if (PyErr_Occurred())
         return NULL;
     Py_RETURN_NONE;
@@ -407,7 +437,7 @@ static PyObject *Mutex_owner(Mutex *self, PyObject *unused)
 
 static PyObject *Mutex_depth(Mutex *self, PyObject *unused)
 {
-    return PyLong_FromUnsignedLong(self->shared.words[1]);
+    return PyLong_FromUnsignedLong(self->shared.words[DEPTH]);
 }
 
 static PyObject *Mutex_is_mine(Mutex *self, PyObject *unused)
@@ -434,7 +464,7 @@ static PyObject *Mutex_recover(Mutex *self, PyObject *arg)
             Py_RETURN_FALSE;
         uint32_t expected = v;
         if (__atomic_compare_exchange_n(owner, &expected, 0, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-            self->shared.words[1] = 0;
+            self->shared.words[DEPTH] = 0;
             if (v & WAITERS)
                 futex_wake(owner, 1);
             Py_RETURN_TRUE;
@@ -443,7 +473,7 @@ static PyObject *Mutex_recover(Mutex *self, PyObject *arg)
 }
 
 static PyMethodDef Mutex_methods[] = {
-    {"acquire", (PyCFunction)(void (*)(void))Mutex_acquire, METH_VARARGS | METH_KEYWORDS,
+    {"acquire", (PyCFunction)(void (*)(void))Mutex_acquire, METH_FASTCALL | METH_KEYWORDS,
      "acquire(block=True, timeout=None) -> bool"},
     {"release", (PyCFunction)Mutex_release, METH_NOARGS, "release()"},
     {"__enter__", (PyCFunction)Mutex_enter, METH_NOARGS, NULL},
@@ -581,13 +611,11 @@ static PyObject *semaphore_acquire_slot(Semaphore *self, uint32_t slot, PyObject
     }
 }
 
-static PyObject *Semaphore_acquire(Semaphore *self, PyObject *args, PyObject *kwds)
+static PyObject *Semaphore_acquire(Semaphore *self, PyObject *const *args, Py_ssize_t nargs,
+                                   PyObject *kwnames)
 {
-    static char *kwlist[] = {"block", "timeout", NULL};
-    PyObject *block = NULL, *timeout = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO", kwlist, &block, &timeout))
-        return NULL;
-    if (check_generation(&self->shared) < 0)
+    PyObject *block, *timeout;
+    if (fast_wait_args(args, nargs, kwnames, &block, &timeout) < 0 || check_generation(&self->shared) < 0)
         return NULL;
     return semaphore_acquire_slot(self, self->shared.slot, block, timeout);
 }
@@ -699,7 +727,7 @@ static PyObject *Semaphore_setup(PyObject *unused, PyObject *args)
 }
 
 static PyMethodDef Semaphore_methods[] = {
-    {"acquire", (PyCFunction)(void (*)(void))Semaphore_acquire, METH_VARARGS | METH_KEYWORDS,
+    {"acquire", (PyCFunction)(void (*)(void))Semaphore_acquire, METH_FASTCALL | METH_KEYWORDS,
      "acquire(block=True, timeout=None) -> bool"},
     {"release", (PyCFunction)Semaphore_release, METH_NOARGS, "release()"},
     {"__enter__", (PyCFunction)Semaphore_enter, METH_NOARGS, NULL},
@@ -910,6 +938,7 @@ PyMODINIT_FUNC PyInit__sync(void)
     if (PyModule_AddObject(m, "Mutex", (PyObject *)&MutexType) < 0 ||
         PyModule_AddObject(m, "Semaphore", (PyObject *)&SemaphoreType) < 0 ||
         PyModule_AddIntConstant(m, "SEMAPHORE_BYTES", SEMAPHORE_WORDS * 4) < 0 ||
+        PyModule_AddIntConstant(m, "MUTEX_BYTES", MUTEX_BYTES) < 0 ||
         PyModule_AddIntConstant(m, "THREAD_BITS", THREAD_BITS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SLOT", MAX_SLOT) < 0 ||
         PyModule_AddIntConstant(m, "HELD", HELD) < 0) {
