@@ -78,10 +78,16 @@ class LinkedReader:
 
     def _acknowledge(self) -> None:
         """Tell the owner an item is consumed (before the read returns it): from now on
-        it is not given back to the pipe or queue if this job dies."""
-        with self._send_lock:
-            while self._sending and not self.link.lost:
-                if self.link.acknowledge(CANCEL_RETRY_MS):
+        it is not given back to the pipe or queue if this job dies. (No acknowledgement
+        follows :data:`~.frames.END`: unlinking takes the read lock this thread holds.)"""
+        link = self.link
+        if not link.acks_in_line:
+            if self._sending:
+                link.acknowledge()
+            return
+        with self._send_lock:  # a frame among the frames this job sends
+            while self._sending and not link.lost:
+                if link.acknowledge(CANCEL_RETRY_MS):
                     return
 
     def _owner_gone(self) -> bool:

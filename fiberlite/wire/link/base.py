@@ -30,6 +30,7 @@ class Link(Protocol):
 
     address: str
     lost: bool  # the peer's connection ended (what had arrived may still be read)
+    acks_in_line: bool  # acknowledgements travel as frames (sent one thread at a time)
 
     def accept(self, key: bytes) -> bool:
         """(the listening end) Wait for the first peer to prove ``key``: whether it did."""

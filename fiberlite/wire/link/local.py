@@ -76,6 +76,8 @@ def _tune(sock: socket.socket) -> None:
 class LocalLink(LossCallbacks):
     """One end of a local link; one receiving and one sending thread at a time."""
 
+    acks_in_line = False  # acknowledgements are counted in shared memory, beside the sending
+
     def __init__(self, listening: socket.socket | None = None, address: str = "") -> None:
         self.address = address
         self.lost = False
@@ -198,25 +200,34 @@ class LocalLink(LossCallbacks):
         sock = self._sock
         if sock is None or self.lost:
             return False
+        sent = 0
+        if self._backlog is None and type(frame) is bytes and len(frame) < CHUNK:
+            data = HEADER.pack(len(frame)) + frame  # one small frame: one copy, one call
+            try:
+                sent = sock.send(data, _DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self._peer_gone()
+                return False
+            if sent == len(data):
+                return True  # (as nearly always)
+            parts = [data]
+        elif type(frame) is tuple:
+            parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
+        else:
+            parts = [HEADER.pack(len(frame)) + frame] if len(frame) < CHUNK else [HEADER.pack(len(frame)), frame]
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         backlog = self._backlog
         if backlog is not None:
             if not backlog.wait(deadline):
                 return False
             self._backlog = None
-        if type(frame) is tuple:
-            parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
-        elif len(frame) < CHUNK:  # one small frame: one copy, one call
-            parts = [HEADER.pack(len(frame)) + frame]
-        else:
-            parts = [HEADER.pack(len(frame)), frame]
-        while True:
+        while not sent:
             sent = self._send_some(sock, parts)
             if sent is None:
                 return False
-            if sent:
-                break
-            if not self._wait_writable(sock, deadline):
+            if not sent and not self._wait_writable(sock, deadline):
                 return False
         rest = rest_of(parts, sent)
         if rest:
@@ -321,11 +332,12 @@ class LocalLink(LossCallbacks):
         if end == CHUNK:  # no room left behind what is unread: move it to the front
             self._view[:end - start] = self._view[start:end]
             self._start, self._end = 0, end - start
-        if self._drained and deadline != 0.0:  # the last read took all there was: wait first
+        if self._drained:  # the last read took all there was: wait (or look) first
             self._wait_readable(sock, deadline)
-        room = CHUNK - self._end
+        end = self._end
+        room = CHUNK - end
         try:
-            got = sock.recv_into(self._view[self._end:], room, _DONTWAIT)
+            got = sock.recv_into(self._view[end:] if end else self._view, room, _DONTWAIT)
         except (BlockingIOError, InterruptedError):
             self._drained = True
             self._wait_readable(sock, deadline)
@@ -368,8 +380,6 @@ class LocalLink(LossCallbacks):
         """Wait for bytes (or the peer's hang-up); :class:`LinkTimeout` at ``deadline``,
         :class:`LinkCanceled` when woken by :meth:`cancel`."""
         wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-        if wait == 0 and not partial:
-            raise LinkTimeout
         poller = self._read_poller
         if poller is None:
             poller = self._read_poller = select.poll()
@@ -380,6 +390,8 @@ class LocalLink(LossCallbacks):
             ready = poller.poll(wait)
         finally:
             self._receiving = False
+        if len(ready) == 1 and ready[0][0] != self._wake and not self._closed:
+            return  # bytes (or the peer's hang-up), as nearly always
         if self._closed:
             raise LinkClosed("the link is closed")
         if any(fd == self._wake for fd, _ in ready):

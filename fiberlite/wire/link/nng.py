@@ -57,6 +57,7 @@ def _listening(host: str):
 
 
 class NngLink(LossCallbacks):
+    acks_in_line = True  # an acknowledgement is a frame: it is sent like one
     """One end of a PAIR connection, used by one receiving and one sending thread at a time."""
 
     def __init__(self, sock: pynng.Pair0) -> None:
