@@ -80,6 +80,14 @@ class _LockBase(SharedPrimitive):
         self._create(MUTEX_BYTES, LockServant, self._recursive)
         self._publish()
 
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
+        return self.acquire(block, timeout)  # (the instance's own, bound by _bind)
+
+    def release(self) -> None:
+        """Release the lock (ValueError if unlocked; an RLock must be held by the caller)."""
+        self.release()
+
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
         self._mutex = mutex = _sync.Mutex(buffer, offset, slot, self._recursive)
         self.acquire = mutex.acquire  # C methods, as multiprocessing binds its SemLock's

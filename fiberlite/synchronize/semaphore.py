@@ -65,6 +65,18 @@ class Semaphore(SharedPrimitive):
     def _setstate(self, state: tuple) -> None:
         (self._maxvalue,) = state
 
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        """Decrement the counter, waiting up to ``timeout`` while it is zero; True if done."""
+        return self.acquire(block, timeout)  # (the instance's own, bound by _bind)
+
+    def release(self) -> None:
+        """Increment the counter (waking one waiter); ValueError past a bounded one's value."""
+        self.release()
+
+    def get_value(self) -> int:
+        """The counter's value."""
+        return self.get_value()
+
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
         self._semaphore = semaphore = _sync.Semaphore(buffer, offset, slot)
         self.acquire = semaphore.acquire
