@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 
+from ...errors import AuthenticationError
 from ...wire import auth
 from .. import identity
 from .arena import HEADER, MAGIC
@@ -110,7 +111,7 @@ def attach(address: str, cookie: bytes) -> Attachment | None:
         if address not in _attachments:
             try:
                 _attachments[address] = Attachment(address, cookie)
-            except (OSError, ConnectionError) as exc:  # AuthenticationError is a ConnectionError
+            except (OSError, AuthenticationError) as exc:
                 log.info("cannot attach to %s (%s): its objects go through its hub", address, exc)
                 _attachments[address] = None
         return _attachments[address]
