@@ -32,6 +32,13 @@ EXPECTED = {
                        "chunksize=1, 8 workers", "default chunksize", "master CPU per task",
                        "workers' CPU per task", "unique memory (USS) per worker", "master RSS",
                        "master CPU per task with simulated workers"],
+    "bench_primitives.py": ["mp spawn", "FIBERLITE_SHARE_MACHINE=0", "target",
+                            "Value += 1 under its lock, 2 children", "Lock acquire+release, creating process",
+                            "RLock acquire+release, creating process", "Value.value read, creating process",
+                            "Event ping-pong parent <-> child", "Pipe round trip, small object",
+                            "Queue child -> parent, small items", "Queue child -> parent, 256-byte str",
+                            "numpy.frombuffer(arr.get_obj()) in a child", "Array('i', lock=False)[5] read",
+                            "Array('i', lock=True)[5] read", "Condition notify/wait parent <-> child"],
 }
 
 # smaller sizes than --quick, for the scripts whose quick run is still long; enough tasks
@@ -39,6 +46,7 @@ EXPECTED = {
 OPTIONS = {
     "bench_kubernetes.py": ["--workers", "4", "--pods", "2"],
     "bench_scale.py": ["--workers", "4,8", "--tasks", "200", "--cpu-tasks", "1000"],
+    "bench_primitives.py": ["--share-machine", "both"],  # the third column too
 }
 
 
@@ -70,3 +78,41 @@ def test_benchmark_runs_quick(script, tmp_path):
         assert plotted.returncode == 0, plotted.stderr
         png = out / f"{document['benchmark']}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# a fiberlite whose Lock never comes back and whose RLock cannot be made; the rest is the
+# standard library's (spawn), so those rows work
+BROKEN_FIBERLITE = """
+import multiprocessing, time
+_spawn = multiprocessing.get_context("spawn")
+Pipe, Process, Value = _spawn.Pipe, _spawn.Process, _spawn.Value
+
+class Lock:
+    def acquire(self):
+        time.sleep(3600)
+
+    def release(self):
+        pass
+
+def RLock():
+    raise OSError("no semaphores here")
+"""
+
+
+def test_primitives_table_goes_on_past_failures(tmp_path):
+    """A side that fails a row prints the one-line error in its cell; one that hangs is
+    killed after --timeout and started anew for the next row; every row is printed."""
+    package = tmp_path / "broken" / "fiberlite"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(BROKEN_FIBERLITE)
+    command = [sys.executable, os.path.join(BENCHMARKS, "bench_primitives.py"), "--quick", "--timeout", "8",
+               "--rows", "lock,rlock,value_read", "--before", str(tmp_path / "broken")]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("|")[0].strip(): line for line in done.stdout.splitlines() if "|" in line}
+    assert "fails: timed out: no answer within 8 s" in rows["Lock acquire+release, creating process"]
+    assert "fails: OSError: no semaphores here" in rows["RLock acquire+release, creating process"]
+    # after the kill the side runs again: its Value row is measured, with a ratio
+    read = [cell.strip() for cell in rows["Value.value read, creating process"].split("|")]
+    assert "fails" not in rows["Value.value read, creating process"]
+    assert read[-3].endswith(("ns", "us")) and read[-2].endswith("x"), read  # its figure and ratio

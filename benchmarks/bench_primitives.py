@@ -1,0 +1,383 @@
+"""The shared primitives of one machine: the same script with ``multiprocessing`` (spawn)
+and with fiberlite, side by side in one run.
+
+Each row is what a ``multiprocessing`` script does with a primitive: a ``Value``
+incremented under its lock by two children, a ``Lock`` taken and given back, an
+``Event`` ping-pong, a ``Pipe`` round trip, a ``Queue`` emptied as a child fills it,
+``Array`` reads, a ``Condition`` passed back and forth (the last rows as in CPython's
+``Doc/includes/mp_benchmarks.py``), and whether a child can write into an ``Array``
+through ``numpy.frombuffer(arr.get_obj())`` so that the parent sees it.
+
+Every library runs in a process of its own (a *side*), started by this script with
+``--serve``: its children and the hub of fiberlite are its own, and a setting such as
+``FIBERLITE_SHARE_MACHINE=0`` is in its environment and so in its children's. For each
+row every side sets up its objects and children, sizes its sample so that it lasts
+``--sample`` seconds, then the sides take turns for ``--rounds`` rounds; a row's figure
+is its best round. A side that fails or does not answer within ``--timeout`` seconds
+gets the one-line error in its cell (a side that hung is killed and started anew for
+the next row), and the table goes on.
+
+Run: ``python benchmarks/bench_primitives.py [--quick] [--share-machine on|off|both]
+[--before DIR ...] [--rows KEY,...] [--json PATH]``
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import Report, Stats, finish, format_time, parser, progress, sized  # noqa: E402
+from _primitive_rows import BY_KEY, Fixture, NumpyView, Spec, one_line  # noqa: E402
+
+MP = "mp spawn"
+FIBERLITE = "fiberlite"
+NOT_SHARED = "fiberlite, FIBERLITE_SHARE_MACHINE=0"
+SHARE_ENV = "FIBERLITE_SHARE_MACHINE"
+
+
+# -- a side: serving one library's rows in a process of its own -----------------------------
+def calibrate(fixture: Fixture, sample: float, limit: float) -> int:
+    """A count whose run lasts about ``sample`` seconds, found by doubling from 1 after a
+    first run (which pays for what happens once: a child's first wake-up, a connection)."""
+    fixture.run(1)
+    count, spent = 1, 0.0
+    while True:
+        elapsed = fixture.run(count)
+        spent += elapsed
+        if elapsed >= sample / 4 or spent >= limit:
+            return max(1, round(count * sample / max(elapsed, 1e-9)))
+        count *= 2
+
+
+def serve(library: str) -> None:
+    """(``--serve LIBRARY``) Answer one JSON request a line on stdin, one JSON reply a line."""
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever else prints (children included) goes to stderr
+    if library == MP:
+        ctx: Any = multiprocessing.get_context("spawn")
+        origin = "multiprocessing"
+    else:
+        import fiberlite
+        ctx, origin = fiberlite, os.path.realpath(os.path.dirname(fiberlite.__file__))
+    replies.write(json.dumps({"origin": origin}) + "\n")
+    replies.flush()
+    fixture: Fixture | None = None
+    count = 1
+    for line in sys.stdin:
+        request = json.loads(line)
+        reply: dict[str, Any] = {}
+        try:
+            op = request["op"]
+            if op == "setup":
+                spec = BY_KEY[request["row"]]
+                fixture = spec.make(ctx)
+                if not spec.check:
+                    try:
+                        count = calibrate(fixture, request["sample"], request["limit"])
+                    except Exception:
+                        fixture, failed = None, fixture
+                        failed.close()
+                        raise
+                reply["count"] = count
+            elif op == "sample":
+                assert fixture is not None
+                if isinstance(fixture, NumpyView):
+                    reply["status"] = fixture.status()
+                else:
+                    reply["seconds"] = fixture.run(count) / (count * fixture.per)
+            elif op == "stop":
+                if fixture is not None:
+                    fixture, closing = None, fixture
+                    closing.close()
+        except Exception as exc:
+            reply = {"error": one_line(exc)}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+    if fixture is not None:
+        fixture.close()
+
+
+class SideError(RuntimeError):
+    """A side failed a request: its one-line error, or that it died or did not answer."""
+
+
+class Side:
+    """One library (maybe with settings) in a process of its own, started when first asked."""
+
+    def __init__(self, label: str, library: str, env: dict[str, str], timeout: float,
+                 root: str | None = None) -> None:
+        self.label, self.library, self.env, self.timeout, self.root = label, library, env, timeout, root
+        self.process: subprocess.Popen | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+
+    def _start(self) -> None:
+        progress(f"starting the side {self.label} ...")
+        self.lines = queue.Queue()
+        self.process = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--serve", self.library],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env,
+            cwd=self.root or os.getcwd(), start_new_session=True)  # its own group: killed whole
+        threading.Thread(target=self._read, args=(self.process.stdout, self.lines), daemon=True).start()
+        origin = self._reply(120)["origin"]
+        if self.root and not origin.startswith(os.path.realpath(self.root)):
+            self.kill()
+            raise SideError(f"the side for {self.root} imported fiberlite from {origin}")
+
+    @staticmethod
+    def _read(stream: Any, lines: queue.Queue) -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(None)
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise SideError(f"timed out: no answer within {timeout:.0f} s; its process was killed") from None
+        if line is None:
+            code = self.process.wait() if self.process else None
+            self.process = None
+            raise SideError(f"its process ended (exit code {code})")
+        return json.loads(line)
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        """The reply to ``request``; :class:`SideError` on an error reply, a timeout or a dead side."""
+        if self.process is None:
+            self._start()
+        assert self.process is not None and self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except OSError as exc:
+            self.kill()
+            raise SideError(f"its process is gone ({one_line(exc)})") from None
+        reply = self._reply(self.timeout)
+        if "error" in reply:
+            raise SideError(reply["error"])
+        return reply
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None
+
+    def kill(self) -> None:
+        """End this side's process group (its own children with it)."""
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+            self.process = None
+
+    def close(self) -> None:
+        if self.process is not None:
+            try:
+                self.process.stdin.close()  # type: ignore[union-attr]
+                self.process.wait(30)
+                self.process = None
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+
+# -- measuring and printing ------------------------------------------------------------------
+@dataclass
+class Cell:
+    """What one side gave for one row: samples (seconds per unit), a status, or an error."""
+
+    samples: list[float] = field(default_factory=list)
+    status: str | None = None
+    error: str | None = None
+
+
+def measure(spec: Spec, sides: list[Side], rounds: int, sample: float) -> dict[str, Cell]:
+    """Every side's cell of one row: set up in turn, then ``rounds`` rounds, the order turning."""
+    progress(f"{spec.title} ...")
+    cells = {side.label: Cell() for side in sides}
+    ready: list[Side] = []
+    for side in sides:
+        try:
+            side.ask(op="setup", row=spec.key, sample=sample, limit=10 * sample)
+            ready.append(side)
+        except SideError as exc:
+            cells[side.label].error = str(exc)
+    for round_ in range(1 if spec.check else rounds):
+        shift = round_ % max(1, len(ready))
+        for side in ready[shift:] + ready[:shift]:
+            cell = cells[side.label]
+            if cell.error:
+                continue
+            try:
+                reply = side.ask(op="sample")
+                if spec.check:
+                    cell.status = reply["status"]
+                else:
+                    cell.samples.append(reply["seconds"])
+            except SideError as exc:
+                cell.error = str(exc)
+    for side in ready:
+        if not side.running:  # killed: nothing left to stop
+            continue
+        try:
+            side.ask(op="stop")
+        except SideError as exc:
+            progress(f"  {side.label}: {spec.key} did not stop cleanly: {exc}")
+    return cells
+
+
+def format_unit(spec: Spec, seconds: float) -> str:
+    if spec.rate:
+        rate = 1 / seconds
+        return f"{rate / 1000:,.0f}k/s" if rate >= 10_000 else f"{rate:,.0f}/s"
+    return f"{seconds * 1e9:.0f} ns" if seconds < 1e-6 else format_time(seconds)
+
+
+def ratio(spec: Spec, reference: float, seconds: float) -> float:
+    """fiberlite / stdlib: of the times, or of the rates for a throughput row."""
+    return reference / seconds if spec.rate else seconds / reference
+
+
+class PrimitivesReport(Report):
+    """The report with one table of every row and side, and the checks in the JSON."""
+
+    def __init__(self, *args: Any, **params: Any) -> None:
+        super().__init__(*args, **params)
+        self.cells: dict[str, dict[str, Cell]] = {}
+        self.labels: list[str] = []
+
+    def record(self, spec: Spec, cells: dict[str, Cell]) -> None:
+        self.cells[spec.key] = cells
+        if spec.check:
+            return
+        section = self.section(spec.key, spec.title, unit=spec.unit, reference=MP, stat="best",
+                               note="seconds per item; the table shows items/s, and their ratio (this one inverted)"
+                               if spec.rate else "")
+        for label, cell in cells.items():
+            if cell.samples and not cell.error:
+                section.add(label, Stats(cell.samples))
+            else:
+                section.skip(label, cell.error or "not measured")
+
+    def to_dict(self) -> dict[str, Any]:
+        document = super().to_dict()
+        document["checks"] = {key: {label: cell.status or cell.error for label, cell in cells.items()}
+                              for key, cells in self.cells.items() if BY_KEY[key].check}
+        return document
+
+    def table(self) -> str:
+        others = [label for label in self.labels if label != MP]
+        lines = [["row", "per", "better", MP, *[x for label in others for x in (label, "ratio")], "target"]]
+        for key, cells in self.cells.items():
+            spec = BY_KEY[key]
+            line = [spec.title, "-" if spec.check else ("items/s" if spec.rate else spec.unit),
+                    "works" if spec.check else ("higher" if spec.rate else "lower"), self._cell(spec, cells[MP])]
+            for label in others:
+                line += [self._cell(spec, cells[label]), self._ratio(spec, cells[MP], cells[label])]
+            lines.append(line + [self._target(spec, cells)])
+        widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+        out = ["One machine: the same script with each library, in one run"]
+        for i, row in enumerate(lines):
+            out.append("  " + " | ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
+            if i == 0:
+                out.append("  " + "-+-".join("-" * w for w in widths))
+        out.append(f"  note: best of {self.params['rounds']} rounds of about {self.params['sample']} s per row "
+                   "and side. ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
+                   f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine).")
+        return "\n".join(out)
+
+    @staticmethod
+    def _ratio(spec: Spec, reference: Cell, cell: Cell) -> str:
+        if reference.error or cell.error or not (reference.samples and cell.samples):
+            return "-"
+        return f"{ratio(spec, min(reference.samples), min(cell.samples)):.2f}x"
+
+    @staticmethod
+    def _target(spec: Spec, cells: dict[str, Cell]) -> str:
+        """The row's target, and whether the same-machine column meets it (a failure does not)."""
+        cell, reference = cells.get(FIBERLITE), cells[MP]
+        if cell is None or spec.target == "-":
+            return spec.target
+        if spec.check or cell.error:
+            met = cell.status == "works"
+        elif cell.samples and reference.samples:
+            value = ratio(spec, min(reference.samples), min(cell.samples))
+            met = value >= spec.limit if spec.rate else value <= spec.limit  # type: ignore[operator]
+        else:
+            return spec.target
+        return f"{spec.target}: {'met' if met else 'NOT met'}"
+
+    @staticmethod
+    def _cell(spec: Spec, cell: Cell) -> str:
+        if cell.error:
+            return f"fails: {cell.error}"
+        if spec.check:
+            return cell.status or "-"
+        return format_unit(spec, min(cell.samples)) if cell.samples else "-"
+
+
+def make_sides(args: Any) -> list[Side]:
+    base = {k: v for k, v in os.environ.items() if k != SHARE_ENV}
+    sides = [Side(MP, MP, base, args.timeout)]
+    if args.share_machine in ("on", "both"):
+        sides.append(Side(FIBERLITE, FIBERLITE, base, args.timeout))
+    if args.share_machine in ("off", "both"):
+        sides.append(Side(NOT_SHARED, FIBERLITE, {**base, SHARE_ENV: "0"}, args.timeout))
+    for root in args.before:
+        path = os.pathsep.join([os.path.abspath(root), base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        sides.append(Side(f"fiberlite {root}", FIBERLITE, {**base, "PYTHONPATH": path}, args.timeout,
+                          root=os.path.abspath(root)))
+    return sides
+
+
+def main() -> None:
+    p = parser("Shared primitives on one machine: multiprocessing (spawn) and fiberlite side by side.")
+    p.add_argument("--rounds", type=int, help="rounds per row; a row's figure is its best (7; --quick 2)")
+    p.add_argument("--sample", type=float, help="seconds one round of a row lasts (0.25; --quick 0.02)")
+    p.add_argument("--share-machine", choices=("on", "off", "both"), default="on",
+                   help=f"the fiberlite column as configured (on), with {SHARE_ENV}=0 in the environment "
+                        "of the parent and its children (off), or both columns")
+    p.add_argument("--before", metavar="DIR", action="append", default=[],
+                   help="also a column of fiberlite imported from the checkout DIR (may be repeated)")
+    p.add_argument("--rows", help="only these rows, by key: " + ",".join(BY_KEY))
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds a side has to answer one request before it is killed (120)")
+    p.add_argument("--serve", choices=(MP, FIBERLITE), help=argparse_hidden())
+    args = p.parse_args()
+    if args.serve:
+        return serve(args.serve)
+    rounds = args.rounds or sized(args, 7, 2)
+    sample = args.sample or sized(args, 0.25, 0.02)
+    keys = args.rows.split(",") if args.rows else list(BY_KEY)
+    unknown = [k for k in keys if k not in BY_KEY]
+    if unknown:
+        p.error(f"unknown rows {', '.join(unknown)}; the rows are {', '.join(BY_KEY)}")
+    sides = make_sides(args)
+    report = PrimitivesReport("primitives", "shared primitives of one machine, multiprocessing spawn and fiberlite",
+                              rounds=rounds, sample=sample, share_machine=args.share_machine,
+                              sides=[side.label for side in sides])
+    report.labels = [side.label for side in sides]
+    try:
+        for key in keys:
+            report.record(BY_KEY[key], measure(BY_KEY[key], sides, rounds, sample))
+    finally:
+        for side in sides:
+            side.close()
+    finish(report, args)
+
+
+def argparse_hidden() -> str:
+    import argparse
+    return argparse.SUPPRESS
+
+
+if __name__ == "__main__":
+    main()
