@@ -63,7 +63,8 @@ class BlockServant(Servant):
                 self.granted[holder] = (ticket, give_back)
                 return True
             return NOT_YET
-        got = attempt(None)
+        # a call that finds others of jobs waiting queues behind them (first come, first served)
+        got = NOT_YET if self.waits and block else attempt(None)
         if got is True or not block or (timeout is not None and timeout <= 0):
             request.reply(got is True)
             return

@@ -8,10 +8,13 @@ to this hub ends.
 
 A call that has to wait waits on a thread of its own (:class:`Waits`), in slices of
 :data:`SLICE` seconds, so that a call withdrawn (its caller was interrupted, or went)
-stops within a slice; if it got what it waited for meanwhile, that is given back.
+stops within a slice; if it got what it waited for meanwhile, that is given back. The
+threads are kept for a while once idle (:class:`_Workers`): starting one costs more
+than most waits.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from typing import Any, Callable, Hashable
@@ -22,6 +25,43 @@ from .arena import CREATOR_SLOT, Arena
 
 SLICE = 0.2
 NOT_YET = object()  # what an attempt returns while the call has to wait on
+IDLE_SECONDS = 30.0  # how long a waiting thread with nothing to do is kept
+
+
+class _Workers:
+    """Threads that run calls, each thread kept for :data:`IDLE_SECONDS` once idle."""
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = 0  # threads waiting for a task, not yet promised one
+        self._lock = threading.Lock()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self._tasks.put(task)
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # an idle thread takes it
+                return
+        threading.Thread(target=self._work, daemon=True, name="fiberlite-remote-wait").start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                task = self._tasks.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle and self._tasks.empty():
+                        self._idle -= 1
+                        return
+                continue  # a task was promised to this thread: it comes
+            try:
+                task()
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+
+_workers = _Workers()
 
 
 class RemoteUsers(Servant):
@@ -103,8 +143,7 @@ class Waits:
         with self._lock:
             self._waits[key] = wait
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        threading.Thread(target=self._run, args=(request, key, wait, attempt, deadline, timed_out, undo),
-                         daemon=True, name="fiberlite-remote-wait").start()
+        _workers.submit(lambda: self._run(request, key, wait, attempt, deadline, timed_out, undo))
 
     def _run(self, request, key, wait: _Wait, attempt, deadline, timed_out, undo) -> None:
         result: Any = NOT_YET
@@ -134,6 +173,10 @@ class Waits:
             request.reply(result)
         for call in after:
             call()
+
+    def __bool__(self) -> bool:
+        """Whether any call waits."""
+        return bool(self._waits)
 
     def waiting(self, key: Hashable) -> bool:
         """Whether the call ``key`` is still waiting (not withdrawn, not answered)."""
