@@ -35,6 +35,7 @@ class Connection:
 
     _signal: "_ReadySignal | None" = None  # made by fileno()
     _servant: "PipeServant | None" = None  # the pipe, when it lives in this process
+    _elsewhere = False  # the pipe lives in another process
 
     def __init__(self, ref: ObjectRef, end: int, readable: bool, writable: bool) -> None:
         self._ref = ref
@@ -124,8 +125,11 @@ class Connection:
         self._send(Payload.pack(obj))
 
     def _send(self, payload: Payload) -> None:
-        self._check_writable()
-        route.send(self._ref, self._end, self._owner_servant(), payload)
+        if self._closed or not self._writable:
+            self._check_writable()
+        servant = self._servant
+        route.send(self._ref, self._end, servant if servant or self._elsewhere else self._owner_servant(),
+                   payload)
 
     def send_bytes(self, buf: Any, offset: int = 0, size: int | None = None) -> None:
         """Send bytes from a bytes-like object (a slice of it with ``offset``/``size``)."""
@@ -148,21 +152,28 @@ class Connection:
 
     # -- receiving -----------------------------------------------------------------------
     def _owner_servant(self) -> "PipeServant | None":
-        """The pipe's servant when it lives in this process, else None."""
+        """The pipe's servant when it lives in this process, else None (asked once)."""
         servant = self._servant
-        if servant is None and self._ref.is_local:
-            servant = get_hub().servant(self._ref.oid)
-            if servant is None:
-                raise ReferenceError(f"pipe {self._ref.oid} no longer exists in this process")
-            self._servant = servant
+        if servant is None and not self._elsewhere:
+            if self._ref.is_local:
+                servant = get_hub().servant(self._ref.oid)
+                if servant is None:
+                    raise ReferenceError(f"pipe {self._ref.oid} no longer exists in this process")
+                self._servant = servant
+            else:  # (a pipe of another process never becomes this one's)
+                self._elsewhere = True
         return servant  # type: ignore[return-value]
 
     def _receive(self) -> Payload:
-        self._check_readable()
-        payload = route.receive(self._ref, self._end, self._owner_servant(),
-                                may_link=self._signal is None)  # (readiness is the pipe's to tell)
-        if self._signal is not None:
-            self._signal.rearm()
+        if self._closed or not self._readable:
+            self._check_readable()
+        servant = self._servant
+        signal = self._signal
+        payload = route.receive(self._ref, self._end,
+                                servant if servant or self._elsewhere else self._owner_servant(),
+                                may_link=signal is None)  # (readiness is the pipe's to tell)
+        if signal is not None:
+            signal.rearm()
         return payload
 
     def recv(self) -> Any:

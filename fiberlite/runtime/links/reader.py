@@ -73,18 +73,20 @@ class LinkedReader:
             if item is EOF:
                 raise EOFError
             if item is not None:
-                self._acknowledge()
+                if not self.link.acks_in_line:
+                    if self._sending:  # (a count in shared memory: see _acknowledge)
+                        self.link.acknowledge()
+                else:
+                    self._acknowledge()
             return item
 
     def _acknowledge(self) -> None:
         """Tell the owner an item is consumed (before the read returns it): from now on
-        it is not given back to the pipe or queue if this job dies. (No acknowledgement
-        follows :data:`~.frames.END`: unlinking takes the read lock this thread holds.)"""
+        it is not given back to the pipe or queue if this job dies. An acknowledgement
+        in line is a frame, sent under the send lock; one counted in shared memory needs
+        no lock (none can follow :data:`~.frames.END`: unlinking takes the read lock the
+        reading thread holds)."""
         link = self.link
-        if not link.acks_in_line:
-            if self._sending:
-                link.acknowledge()
-            return
         with self._send_lock:  # a frame among the frames this job sends
             while self._sending and not link.lost:
                 if link.acknowledge(CANCEL_RETRY_MS):

@@ -22,12 +22,12 @@ from typing import Any, Hashable
 from ...wire.codec import Payload
 from ..hub import ObjectRef
 from .frames import RETRY, Unlinked
-from .reader import got_through_hub, reader_of, used_through_hub
+from .reader import _readers, got_through_hub, used_through_hub
 
 
 def send(ref: ObjectRef, slot: Hashable, servant: Any, payload: Payload) -> None:
     """Send ``payload`` through ``slot`` (``servant``: the owner's, in the owner, else None)."""
-    reader = reader_of(ref, slot)
+    reader = _readers.get((ref.address, ref.oid, slot)) if _readers else None  # (reader_of, inlined)
     if reader is not None:
         try:
             return reader.send(payload)
@@ -48,7 +48,7 @@ def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
     wait = timeout if block else 0.0
     deadline = None if wait is None else time.monotonic() + max(0.0, wait)
     while True:
-        reader = reader_of(ref, slot)
+        reader = _readers.get((ref.address, ref.oid, slot)) if _readers else None
         if reader is not None:
             try:
                 payload = reader.receive(wait)
@@ -78,7 +78,7 @@ def poll(ref: ObjectRef, slot: Hashable, servant: Any, timeout: float | None) ->
     """Whether ``slot`` has something to read (or is at EOF), waiting up to ``timeout``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        reader = reader_of(ref, slot)
+        reader = _readers.get((ref.address, ref.oid, slot)) if _readers else None
         if reader is not None:
             try:
                 return reader.poll(timeout)

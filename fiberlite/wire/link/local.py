@@ -39,6 +39,7 @@ HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 HANDSHAKE_TIMEOUT = 10.0
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
+CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
@@ -71,6 +72,8 @@ def _tune(sock: socket.socket) -> None:
             pass
     sock.setblocking(True)
     sock.settimeout(None)
+    # a receive that waits for ever wakes this often to see whether it was cancelled
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, CANCEL_CHECK_US))
 
 
 class LocalLink(LossCallbacks):
@@ -88,6 +91,7 @@ class LocalLink(LossCallbacks):
         self._view = memoryview(self._inbox)  # [_start, _end)
         self._start = self._end = 0
         self._drained = False  # the last read emptied the socket (the next one waits first)
+        self._canceled = False  # cancel() was called while a receive blocked for ever
         self._read_poller: Any = None
         self._receiving = False
         self._lock = threading.Lock()
@@ -332,18 +336,30 @@ class LocalLink(LossCallbacks):
         if end == CHUNK:  # no room left behind what is unread: move it to the front
             self._view[:end - start] = self._view[start:end]
             self._start, self._end = 0, end - start
-        if self._drained:  # the last read took all there was: wait (or look) first
-            self._wait_readable(sock, deadline)
         end = self._end
         room = CHUNK - end
-        try:
-            got = sock.recv_into(self._view[end:] if end else self._view, room, _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            self._drained = True
-            self._wait_readable(sock, deadline)
-            return None
-        except OSError:
-            got = 0
+        into = self._view[end:] if end else self._view
+        if self._drained and deadline is None:  # wait for ever: one blocking call, no poll
+            self._receiving = True
+            try:
+                got = sock.recv_into(into, room)  # (the socket wakes it to look at cancel())
+            except (BlockingIOError, InterruptedError):
+                got = self._read_blocking(sock, into, room)
+            except OSError:
+                got = 0
+            finally:
+                self._receiving = False
+        else:
+            if self._drained:  # the last read took all there was: wait (or look) first
+                self._wait_readable(sock, deadline)
+            try:
+                got = sock.recv_into(into, room, _DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                self._drained = True
+                self._wait_readable(sock, deadline)
+                return None
+            except OSError:
+                got = 0
         self._drained = got < room
         if not got:
             self._peer_gone()
@@ -352,6 +368,25 @@ class LocalLink(LossCallbacks):
             raise LinkTimeout if lost else LinkCanceled
         self._end += got
         return self._buffered()
+
+    def _read_blocking(self, sock: socket.socket, into: memoryview, room: int) -> int:
+        """A blocking read (the socket wakes it every ``CANCEL_CHECK_US``); how much came
+        (0: the peer's end). :class:`LinkCanceled` once :meth:`cancel` was called."""
+        while True:
+            self._receiving = True
+            try:
+                return sock.recv_into(into, room)
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                return 0
+            finally:
+                self._receiving = False
+            if self._closed:
+                raise LinkClosed("the link is closed")
+            if self._canceled:
+                self._canceled = False
+                raise LinkCanceled
 
     def _read_large(self, sock: socket.socket, size: int, deadline: float | None) -> Any:
         frame = bytearray(size)
@@ -395,6 +430,7 @@ class LocalLink(LossCallbacks):
         if self._closed:
             raise LinkClosed("the link is closed")
         if any(fd == self._wake for fd, _ in ready):
+            self._canceled = False
             try:
                 os.eventfd_read(self._wake)
             except BlockingIOError:
@@ -419,8 +455,10 @@ class LocalLink(LossCallbacks):
         return 0 if acks is None else acks[0]
 
     def cancel(self) -> None:
-        """Wake a thread blocked in :meth:`recv` (:class:`LinkCanceled`)."""
+        """Wake a thread blocked in :meth:`recv` (:class:`LinkCanceled`): at once when it
+        waits with a timeout, within ``CANCEL_CHECK_US`` when it waits for ever."""
         if self._receiving and not self._closed:
+            self._canceled = True
             try:
                 os.eventfd_write(self._wake, 1)
             except OSError:
