@@ -284,9 +284,10 @@ class LocalLink(LossCallbacks):
         once when the peer has gone and everything it sent is read),
         :class:`LinkCanceled` once :meth:`cancel` is called (or the peer hung up),
         :class:`LinkClosed` once closed."""
-        frame = self._buffered()
-        if frame is not None:
-            return frame
+        if self._end - self._start >= 8:  # (something read already)
+            frame = self._buffered()
+            if frame is not None:
+                return frame
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         lost = self.lost  # a receive that began on a live link is woken by the hang-up
         while True:
