@@ -34,6 +34,8 @@ INLINE_MAX = 64 * 1024
 _LENGTH = struct.Struct("<Q")
 PROTOCOL = 5
 _PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
+_ATOMS = frozenset({str, int, float, bool, complex, type(None)})  # and bytes, when small
+_CONTAINERS = frozenset({tuple, list, dict})
 OUT_OF_BAND_MIN = 64 * 1024  # smaller payloads are cheaper to copy into the pickle
 _new_object = object.__new__
 _pickle_dumps = pickle.dumps
@@ -272,6 +274,39 @@ def dumps(obj: Any) -> tuple[bytes, list]:
         parts = out.parts
         data = parts[0] if len(parts) == 1 else b"".join(parts)
     return data, [b.raw() for b in buffers]
+
+
+def plain(obj: Any, depth: int = 2, width: int = 16) -> bool:
+    """Whether ``obj`` holds builtin values only: atoms (``None``, ``bool``, ``int``,
+    ``float``, ``complex``, ``str``, ``bytes`` under :data:`OUT_OF_BAND_MIN`) and, down to
+    ``depth`` levels, tuples, lists and dicts of at most ``width`` of them. Such an
+    object pickles the same with the C pickler as with cloudpickle, several times faster."""
+    kind = type(obj)
+    if kind in _ATOMS:
+        return True
+    if kind is bytes:
+        return len(obj) < OUT_OF_BAND_MIN
+    if kind not in _CONTAINERS or depth <= 0 or len(obj) > width:
+        return False
+    depth -= 1
+    atoms = _ATOMS
+    if kind is dict:
+        for key, value in obj.items():
+            if not ((type(key) in atoms or plain(key, depth, width))
+                    and (type(value) in atoms or plain(value, depth, width))):
+                return False
+        return True
+    for item in obj:
+        if type(item) not in atoms and not plain(item, depth, width):
+            return False
+    return True
+
+
+def dumps_quick(obj: Any, depth: int = 2) -> tuple[bytes, list]:
+    """:func:`dumps`, with the C pickler when ``obj`` is :func:`plain` (down to ``depth``)."""
+    if plain(obj, depth):
+        return _pickle_dumps(obj, PROTOCOL), []
+    return dumps(obj)
 
 
 def loads(data: Any, buffers: Any) -> Any:
