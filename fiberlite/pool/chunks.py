@@ -11,7 +11,9 @@ chunks and describes them) and every worker job (:mod:`.worker`) share it:
   pickled); a batch of results is the list of their values (:func:`pack`,
   :func:`unpack`: bytes, or a Payload when there are out-of-band buffers);
 - an exception a task raised travels as a :class:`~fiberlite.failure.Failure`
-  (:func:`pack_failure`, :func:`unpack_failure`).
+  (:func:`pack_failure`, :func:`unpack_failure`);
+- a message carries at most :data:`MAX_BATCH` chunks and about :data:`MESSAGE_BYTES`
+  of arguments (the master's replies) or results (a worker's requests).
 """
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ from typing import Any, Callable, Sequence
 from ..failure import Failure
 from ..wire.codec import (PROTOCOL, Payload, dumps_bytes, dumps_quick, name_unpicklable,
                           short_repr, unpicklable_error)
+
+MAX_BATCH = 512  # chunks in one message between the master and a worker, at most
+MESSAGE_BYTES = 4 << 20  # pickled arguments or results in one message, about (at least one chunk)
+
 
 # -- items and results ------------------------------------------------------------------------
 def pack(obj: Any) -> Any:

@@ -24,7 +24,8 @@ from ..runtime import exit_order
 from ..runtime.hub import get_hub
 from ..runtime.limits import check_room
 from .chunks import encoding_error, unpack, unpack_failure
-from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
+from .dispatch import Dispatcher
+from .records import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE
 from .host import host_main
 from .packing import DESCRIPTORS_PER_JOB, HostedWorker, workers_per_job
 from .relay import HostRelay

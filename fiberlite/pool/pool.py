@@ -64,7 +64,7 @@ from ..process import Process
 from ..wire.codec import short_repr
 from .chunks import pack_arguments, pack_call
 from .core import Core
-from .dispatch import BROKEN, CLOSE, RUN, TERMINATE
+from .records import BROKEN, CLOSE, RUN, TERMINATE
 from .feeding import SLICEABLE, doubling, feed
 from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
                       MapResult)
