@@ -28,7 +28,7 @@ from ..runtime.finalizing import CastQueue
 from ..runtime.hub import ObjectRef, connect
 from ..wire.client import Client
 from ..wire.codec import Payload, dumps_quick, loads
-from . import stream
+from . import serializers, stream
 from .stream import Parts
 
 __all__ = ["Token", "RemoteError", "NotExposedError", "ServerRef"]
@@ -50,22 +50,24 @@ class NotExposedError(RemoteError, AttributeError):
 
 class ServerRef(ObjectRef):
     """A manager's server: where it is served (``address``, ``oid``), the key a peer
-    must prove there (``key``; None: the run's) and where callers' own connections
-    reach it (``calls``, see :mod:`.stream`; None: through ``address`` only).
+    must prove there (``key``; None: the run's), where callers' own connections reach
+    it (``calls``, see :mod:`.stream`; None: through ``address`` only) and how values
+    travel to it (``serializer``, see :mod:`.serializers`).
 
     Pickled, it carries the key, as a stdlib proxy handed to a child does: a job it is
     sent to can reach the manager without being told the key."""
 
-    __slots__ = ("key", "calls")
+    __slots__ = ("key", "calls", "serializer")
 
     def __init__(self, address: str, oid: int, key: bytes | None = None,
-                 calls: stream.CallAddress | None = None) -> None:
+                 calls: stream.CallAddress | None = None, serializer: str = "pickle") -> None:
         super().__init__(address, oid)
         self.key = key
         self.calls = calls
+        self.serializer = serializer
 
     def __reduce__(self):
-        return (ServerRef, (self.address, self.oid, self.key, self.calls))
+        return (ServerRef, (self.address, self.oid, self.key, self.calls, self.serializer))
 
     def connection(self) -> Client:
         return connect(self.address, self.key)
@@ -132,8 +134,18 @@ def decode(parts: Parts) -> Any:
 def _call(ref: ObjectRef, op: str, ident: str, head: tuple, args: tuple, kwds: dict) -> tuple:
     """The reply to ``create`` (``head``: the type id) or ``invoke`` (``head``: object id,
     method) of ``args`` and ``kwds`` on the manager server ``ref`` (of identity
-    ``ident``): sent on this thread's own connection when the server offers one this
-    process can reach, else through the hub, to the server thread of this thread's calls."""
+    ``ident``), its value as the serializer gives it back."""
+    serializer = getattr(ref, "serializer", "pickle")
+    reply = _send(ref, op, ident, head, serializers.dumps(serializer, (args, kwds)))
+    if reply[0] == "ok":
+        return ("ok", serializers.loads(serializer, reply[1]))
+    return reply
+
+
+def _send(ref: ObjectRef, op: str, ident: str, head: tuple, values: Any) -> tuple:
+    """A call's request, sent on this thread's own connection when the server offers one
+    this process can reach, else through the hub, to the server thread of this thread's
+    calls; its reply."""
     calls = getattr(ref, "calls", None)
     if calls is not None and calls not in _unreachable and not ref.is_local:
         address = ref.address
@@ -141,7 +153,7 @@ def _call(ref: ObjectRef, op: str, ident: str, head: tuple, args: tuple, kwds: d
             raise _gone(address)
         try:
             reply = decode(stream.call(calls, ref.key or identity.key(),
-                                       encode((op, ident, *head, args, kwds)),
+                                       encode((op, ident, *head, values)),
                                        f"the manager at {address}"))
         except stream.Unreachable:  # (a firewall, a NAT): the hub's address may be reachable
             _unreachable.add(calls)
@@ -151,7 +163,7 @@ def _call(ref: ObjectRef, op: str, ident: str, head: tuple, args: tuple, kwds: d
             if reply == OTHER_SERVER:
                 raise _gone(address, _OTHER.format(address=address))
             return reply
-    return _server_call(ref, op, ident, _caller(ref), *head, Payload.pack((args, kwds))).unpack()
+    return _server_call(ref, op, ident, _caller(ref), *head, Payload.pack(values)).unpack()
 
 
 _OTHER = "another manager now listens at {address} and does not hold its objects"
@@ -160,7 +172,7 @@ _OTHER = "another manager now listens at {address} and does not hold its objects
 def _lost_call(ref: ObjectRef, ident: str, cause: Exception) -> ConnectionLost:
     """The error for a call whose own connection ended: the server is gone, or another
     one listens at its address now (asked through the hub), or only that connection broke."""
-    now, _calls = _server_call(ref, "ident")  # raises if nothing answers there any more
+    now, _calls, _serializer = _server_call(ref, "ident")  # raises if nothing answers there
     if now != ident:
         return _gone(ref.address, _OTHER.format(address=ref.address))
     return ConnectionLost(f"the connection to the manager at {ref.address} ended during a call "

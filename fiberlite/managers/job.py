@@ -22,9 +22,10 @@ __all__ = ["serve"]
 
 def serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | None,
           initargs: tuple, address: tuple[str, int] | None = None,
-          authkey: bytes | None = None, ident: str | None = None) -> None:
-    """The manager job: serve the shared objects (as the server ``ident``) until the
-    manager says stop.
+          authkey: bytes | None = None, ident: str | None = None,
+          serializer: str = "pickle") -> None:
+    """The manager job: serve the shared objects (as the server ``ident``, its values
+    travelling with ``serializer``) until the manager says stop.
 
     ``control`` is this job's end of a pipe served by the manager's process: the job
     sends ``(where, calls)`` on it (``where``: its server's hub reference, or with
@@ -36,7 +37,7 @@ def serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | N
     current_process()._daemonic = False
     if initializer is not None:
         initializer(*initargs)
-    server = ManagerServer(registry, ident)
+    server = ManagerServer(registry, ident, serializer)
     listener = calls = None
     try:
         if address is None:

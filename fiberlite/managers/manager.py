@@ -26,6 +26,7 @@ from .job import serve
 from .proxies import (AcquirerProxy, ArrayProxy, AutoProxy, BarrierProxy, BaseProxy,
                       ConditionProxy, DictProxy, EventProxy, IteratorProxy, ListProxy,
                       NamespaceProxy, PoolProxy, ValueProxy)
+from . import serializers
 from .remote import SERVER_OID, Server, check_address, check_authkey, url_of
 
 __all__ = ["BaseManager", "SyncManager", "Namespace", "Value", "Array"]
@@ -128,8 +129,7 @@ class BaseManager:
     def __init__(self, address: Any = None, authkey: bytes | None = None,
                  serializer: str = "pickle", ctx: Any = None, *,
                  shutdown_timeout: float = 5.0) -> None:
-        if serializer != "pickle":
-            raise ValueError(f"unsupported serializer {serializer!r}: only 'pickle' is available")
+        self._serializer = serializers.check(serializer)
         # with an address, the server listens there and checks authkey (default: the
         # run's key); without, it is reached through its job's hub with the run's key
         self._address = check_address(address) if address is not None else None
@@ -157,7 +157,7 @@ class BaseManager:
         process = (Process if self._ctx is None else self._ctx.Process)(
             target=serve, daemon=True, args=(self._registry, job_end, initializer,
                                               tuple(initargs), self._address, self._authkey,
-                                              ident))
+                                              ident, self._serializer))
         process.name = f"{type(self).__name__}-{':'.join(str(i) for i in process._identity)}"
         process.start()
         job_end.close()
@@ -173,7 +173,7 @@ class BaseManager:
         if isinstance(server, tuple) and process.exitcode is None:
             where, calls = server
             if isinstance(where, ObjectRef):  # served by its job's hub
-                server = ServerRef(where.address, where.oid, None, calls)
+                server = ServerRef(where.address, where.oid, None, calls, self._serializer)
                 with _sending:  # its job's port may be one a manager shut down here had
                     _dead.discard(server.address)
             else:  # listening at an address
@@ -214,7 +214,10 @@ class BaseManager:
             raise ValueError("connect() needs the manager's address: "
                              "BaseManager(address=(host, port), authkey=...)")
         # fails here on a wrong key or nothing listening
-        self._ident, calls = _server_call(self._server_ref(), "ident")
+        self._ident, calls, serializer = _server_call(self._server_ref(), "ident")
+        if serializer != self._serializer:
+            raise ValueError(f"the manager at {url_of(self._address)} uses serializer "
+                             f"{serializer!r}; make this one with serializer={serializer!r}")
         self._server = self._server_ref(calls)
         self._state.value = _State.STARTED
 
@@ -226,7 +229,7 @@ class BaseManager:
                              "BaseManager(address=(host, port), authkey=...)")
         if self._state.value != _State.INITIAL:
             raise ProcessError("the manager has already been started or connected")
-        return Server(self._registry, self._address, self._authkey)
+        return Server(self._registry, self._address, self._authkey, self._serializer)
 
     def _server_ref(self, calls: Any = None) -> ServerRef:
         """The server listening at this manager's address (``calls``: where callers' own
@@ -234,7 +237,7 @@ class BaseManager:
         url = url_of(self._address)
         with _sending:  # a manager at an address that was shut down may be back
             _dead.discard(url)
-        return ServerRef(url, SERVER_OID, self._authkey, calls)
+        return ServerRef(url, SERVER_OID, self._authkey, calls, self._serializer)
 
     @property
     def address(self) -> Any:

@@ -81,8 +81,8 @@ class Server:
     """What ``BaseManager.get_server()`` returns: the manager served by this process."""
 
     def __init__(self, registry: Mapping[str, tuple], address: tuple[str, int],
-                 authkey: bytes | None) -> None:
-        self.servant = ManagerServer(registry)
+                 authkey: bytes | None, serializer: str = "pickle") -> None:
+        self.servant = ManagerServer(registry, serializer=serializer)
         self.listener = AddressListener(self.servant, address, authkey)
         self.address = self.listener.address
         self._calls = self.servant.open_calls(address[0], authkey)

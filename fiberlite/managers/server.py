@@ -31,6 +31,7 @@ from ..runtime import identity
 from ..runtime.hub import Servant
 from ..wire.codec import Payload
 from ..failure import Failure
+from . import serializers
 from .calls import OTHER_SERVER, NotExposedError, OtherServer, Parts, decode, encode
 from .stream import CallListener
 
@@ -83,8 +84,10 @@ class ManagerServer(Servant):
     unless given) is the identity that requests naming objects must carry.
     """
 
-    def __init__(self, registry: Mapping[str, tuple], ident: str | None = None) -> None:
+    def __init__(self, registry: Mapping[str, tuple], ident: str | None = None,
+                 serializer: str = "pickle") -> None:
         self.ident = ident or secrets.token_hex(8)
+        self.serializer = serializer  # how values travel (.serializers)
         self.calls: Any = None  # where callers' own connections reach it (.stream), if anywhere
         self.connections: Callable[[], int] = lambda: 0  # how many are served now
         self._registry = dict(registry)
@@ -112,9 +115,9 @@ class ManagerServer(Servant):
 
     # -- operations answered on the hub thread ------------------------------------------------
     def op_ident(self, request) -> None:
-        """The server's identity, and where callers' own connections reach it: a client
-        connecting by address learns them here."""
-        request.reply((self.ident, self.calls))
+        """The server's identity, where callers' own connections reach it and its
+        serializer: a client connecting by address learns them here."""
+        request.reply((self.ident, self.calls, self.serializer))
 
     def op_create(self, request, caller: int, typeid: str, payload: Payload) -> None:
         self._submit(request, caller, self._packed, self._create, typeid, payload)
@@ -205,8 +208,9 @@ class ManagerServer(Servant):
 
     def serve_call(self, parts: Parts) -> Parts:
         """A ``create`` or ``invoke`` sent on a calling thread's own connection, run on
-        that connection's thread: ``("create", ident, typeid, args, kwds)`` or
-        ``("invoke", ident, oid, method, args, kwds)``, answered with the reply encoded
+        that connection's thread: ``("create", ident, typeid, values)`` or ``("invoke",
+        ident, oid, method, values)`` (``values``: the arguments and keywords as the
+        serializer sends them), answered with the reply encoded
         (:func:`~.calls.encode`). New shared objects are in transit to the caller's job,
         whose proxy adopts them."""
         try:
@@ -274,15 +278,14 @@ class ManagerServer(Servant):
 
     def _packed(self, peer: int, fn: Callable, *args: Any) -> Payload:
         """:meth:`_run` for a call through the hub: its last argument is a Payload of
-        ``(args, kwds)``, its reply a Payload."""
+        its values, its reply a Payload."""
         *head, payload = args
         try:
-            call_args, kwds = payload.unpack()
-            return Payload.pack(fn(peer, *head, call_args, kwds))
+            return Payload.pack(fn(peer, *head, payload.unpack()))
         except BaseException as exc:
             return Payload.pack(("error", Failure.of(exc)))
 
-    def _create(self, peer: int | None, typeid: str, args: tuple, kwds: dict) -> tuple:
+    def _create(self, peer: int | None, typeid: str, values: Any) -> tuple:
         entry = self._registry.get(typeid)
         if entry is None:
             raise KeyError(f"no type {typeid!r} is registered with this manager")
@@ -290,21 +293,23 @@ class ManagerServer(Servant):
         if factory is None:
             raise TypeError(f"type {typeid!r} is registered without a callable: "
                             "it is only returned by methods of other shared objects")
+        args, kwds = serializers.loads(self.serializer, values)
         obj = factory(*args, **kwds)
         oid, exposed = self._store(obj, typeid, exposed, peer)
         return ("proxy", typeid, oid, exposed, None, peer is not None)
 
-    def _invoke(self, peer: int | None, oid: int, method: str, args: tuple, kwds: dict) -> tuple:
+    def _invoke(self, peer: int | None, oid: int, method: str, values: Any) -> tuple:
         entry = self._objects.get(oid)
         if entry is None:
             raise ReferenceError(f"shared object {oid} no longer exists in the manager "
                                  "(every proxy of it was released)")
         obj, exposed, typeid = entry
         if method == "#GETVALUE":
-            return ("ok", obj)
+            return ("ok", serializers.dumps(self.serializer, obj))
         if method not in exposed and method not in _ALWAYS:
             raise NotExposedError(f"method {method!r} of {type(obj).__name__!r} object is not "
                                   f"in exposed={exposed!r}")
+        args, kwds = serializers.loads(self.serializer, values)
         result = getattr(obj, method)(*args, **kwds)
         method_to_typeid = self._registry[typeid][2] if typeid in self._registry else None
         if method_to_typeid and method in method_to_typeid:
@@ -314,7 +319,7 @@ class ManagerServer(Servant):
             return ("proxy", rtypeid, roid, rexposed, proxytype, peer is not None)
         if isinstance(result, _VIEWS):
             result = list(result)
-        return ("ok", result)
+        return ("ok", serializers.dumps(self.serializer, result))
 
     def close(self) -> None:
         """Stop the pools the server holds (their jobs are this job's children)."""

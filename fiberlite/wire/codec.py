@@ -15,11 +15,13 @@ import pickle
 import struct
 import types
 from collections import ChainMap
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import cloudpickle
 from pynng import Message
 from pynng._nng import ffi, lib
+
+from . import main_globals
 
 _COUNT = struct.Struct("<I")
 # high bits of the frame's buffer count: what the sender wants from the server
@@ -127,10 +129,50 @@ def _reduce_code(code: types.CodeType) -> tuple:
 
 class Pickler(cloudpickle.Pickler):
     """cloudpickle's Pickler (functions and classes of ``__main__`` by value) whose
-    functions keep the name of the file they were defined in."""
+    functions keep the name of the file they were defined in.
+
+    With ``stand_ins``, a global of a ``__main__`` function that cannot be pickled is
+    replaced by a :class:`~fiberlite.wire.main_globals.MainGlobal` naming it."""
 
     # one level: a miss in a nested ChainMap costs another Python-level lookup
     dispatch_table = ChainMap({types.CodeType: _reduce_code}, *cloudpickle.Pickler.dispatch_table.maps)
+    stand_ins = False
+
+    def _dynamic_function_reduce(self, func):
+        reduced = super()._dynamic_function_reduce(func)
+        if self.stand_ins:
+            main_globals.stand_in(func, reduced[2][1]["__globals__"], _pickling_error)
+        return reduced
+
+
+class _StandIns(Pickler):
+    stand_ins = True
+
+
+def _pickling_error(obj: Any) -> Exception | None:
+    """The error pickling ``obj`` (globals of the main script replaced), or None."""
+    try:
+        _StandIns(io.BytesIO(), protocol=PROTOCOL).dump(obj)
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _with_stand_ins(pickle_it: Callable[[type], Any]) -> Any:
+    """``pickle_it(Pickler)``; if that fails and the main script has a file, once more with
+    its unpicklable globals replaced (see :mod:`.main_globals`). The first error is raised
+    if the second try fails too."""
+    try:
+        return pickle_it(Pickler)
+    except Exception as exc:
+        first = exc
+    if main_globals.main_file() is None:
+        raise first
+    try:
+        return pickle_it(_StandIns)
+    except Exception:
+        pass
+    raise first
 
 
 def register_reducer(kind: type, reduce: Any) -> None:
@@ -141,9 +183,11 @@ def register_reducer(kind: type, reduce: Any) -> None:
 
 def dumps_bytes(obj: Any) -> bytes:
     """Pickle ``obj`` in band with :class:`Pickler` (as ``cloudpickle.dumps``)."""
-    file = io.BytesIO()
-    Pickler(file, protocol=PROTOCOL).dump(obj)
-    return file.getvalue()
+    def pickle_it(pickler: type) -> bytes:
+        file = io.BytesIO()
+        pickler(file, protocol=PROTOCOL).dump(obj)
+        return file.getvalue()
+    return _with_stand_ins(pickle_it)
 
 
 def short_repr(obj: Any, limit: int = 200) -> str:
@@ -163,7 +207,8 @@ def name_unpicklable(parts: Iterable[tuple[str, Any]]) -> str | None:
         try:
             dumps_bytes(value)
         except Exception:
-            return f"{label} {short_repr(value)}"
+            through = main_globals.culprit(value, _pickling_error)
+            return f"{label} {short_repr(value)}" + (f" ({through})" if through else "")
     return None
 
 
@@ -221,8 +266,9 @@ class _Pickler(Pickler):
     many small objects and :func:`dumps` uses it only when the fast pass found one.
     """
 
-    def __init__(self, file: Any, buffer_callback: Any) -> None:
+    def __init__(self, file: Any, buffer_callback: Any, stand_ins: bool = False) -> None:
         super().__init__(file, protocol=PROTOCOL, buffer_callback=buffer_callback)
+        self.stand_ins = stand_ins
         self._large: dict[int, tuple[int, Any]] = {}  # id -> (index, object kept alive)
 
     def persistent_id(self, obj: Any) -> Any:
@@ -261,14 +307,18 @@ def dumps(obj: Any) -> tuple[bytes, list]:
     fast pass pickles them with cloudpickle as it is, and stops at the first large one
     to pickle again with :class:`_Pickler`.
     """
+    return _with_stand_ins(lambda pickler: _dumps(obj, pickler))
+
+
+def _dumps(obj: Any, pickler: type) -> tuple[bytes, list]:
     buffers: list = []
     out = _Parts()
     try:
-        Pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(obj)
+        pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(obj)
     except _InBand:
         buffers = []
         file = io.BytesIO()
-        _Pickler(file, buffers.append).dump(obj)
+        _Pickler(file, buffers.append, pickler.stand_ins).dump(obj)
         data = file.getvalue()
     else:
         parts = out.parts
