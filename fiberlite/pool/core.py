@@ -27,8 +27,8 @@ from .chunks import encoding_error, unpack, unpack_failure
 from .dispatch import Dispatcher
 from .records import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE
 from .host import host_main
-from .packing import DESCRIPTORS_PER_JOB, HostedWorker, workers_per_job
-from .relay import HostRelay
+from .packing import DESCRIPTORS_PER_JOB, workers_per_job
+from .relay import HostedWorker, HostRelay
 from .results import IMapIterator
 from .upstream import HubUpstream
 from .worker import worker_main
@@ -206,7 +206,7 @@ class Core:
         """The workers' processes; a worker forked in a host as its pid."""
         if self.relay is None:
             return list(self.procs.values())
-        return [HostedWorker(pid) for pid in self.relay.pids(timeout=PIDS_TIMEOUT)]
+        return [HostedWorker(pid, self.relay) for pid in self.relay.pids(timeout=PIDS_TIMEOUT)]
 
     def _round(self) -> int:
         """Workers whose jobs are created in one round: ``START_CONCURRENCY`` jobs."""
@@ -304,12 +304,8 @@ class Core:
                 if wid is None:
                     continue
                 process = self.procs.pop(wid)
-                process.join()
-                code = process.exitcode
-                try:
-                    process.close()
-                except Exception:
-                    pass
+                process.join()  # not closed: Pool._pool may have handed it out (its
+                code = process.exitcode  # sentinel is released when it is collected)
                 if self.relay is None:
                     dispatcher.worker_exited(wid, code)
                 else:
@@ -375,7 +371,6 @@ class Core:
                 if process.exitcode is None:
                     process.kill()
                     process.join()
-                process.close()
             except Exception:
                 pass
         self.procs.clear()

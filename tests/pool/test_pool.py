@@ -469,3 +469,15 @@ def test_imap_with_big_chunks_mixes_next_and_iteration(pool):
     unordered = pool.imap_unordered(square, iter(data), chunksize=250)
     assert sorted(unordered) == [square(x) for x in data]
     assert not pool._cache, pool._cache
+
+
+def test_workers_taken_from_pool_pool_stay_usable_after_the_pool_ends():
+    """As in the stdlib, the pool does not close its workers' Process objects: a list
+    taken from ``Pool._pool`` says they are no longer alive once the pool has ended."""
+    with Pool(2) as pool:
+        pool.map(square, range(4))
+        workers = pool._pool
+        assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    pool.join()
+    assert [w.is_alive() for w in workers] == [False, False]
+    assert all(w.exitcode is not None for w in workers)
