@@ -136,6 +136,8 @@ def _call(ref: ObjectRef, op: str, ident: str, head: tuple, args: tuple, kwds: d
     method) of ``args`` and ``kwds`` on the manager server ``ref`` (of identity
     ``ident``), its value as the serializer gives it back."""
     serializer = getattr(ref, "serializer", "pickle")
+    if serializer == "pickle":  # (the values as they are: the common case, kept short)
+        return _send(ref, op, ident, head, (args, kwds))
     reply = _send(ref, op, ident, head, serializers.dumps(serializer, (args, kwds)))
     if reply[0] == "ok":
         return ("ok", serializers.loads(serializer, reply[1]))
@@ -153,8 +155,7 @@ def _send(ref: ObjectRef, op: str, ident: str, head: tuple, values: Any) -> tupl
             raise _gone(address)
         try:
             reply = decode(stream.call(calls, ref.key or identity.key(),
-                                       encode((op, ident, *head, values)),
-                                       f"the manager at {address}"))
+                                       encode((op, ident, *head, values)), address))
         except stream.Unreachable:  # (a firewall, a NAT): the hub's address may be reachable
             _unreachable.add(calls)
         except ConnectionError as exc:

@@ -260,9 +260,10 @@ def _connect(address: CallAddress, key: bytes, peer: str) -> Framed:
 _local = threading.local()
 
 
-def call(address: CallAddress, key: bytes, request: Parts, peer: str) -> Parts:
-    """Send ``request`` to the server at ``address`` (which must prove ``key``) on this
-    thread's connection to it, and return the reply. :class:`Unreachable` if no
+def call(address: CallAddress, key: bytes, request: Parts, server: str) -> Parts:
+    """Send ``request`` to the server at ``address`` (which must prove ``key``; errors
+    call it "the manager at ``server``") on this thread's connection to it, and return
+    the reply. :class:`Unreachable` if no
     connection can be made, :class:`~fiberlite.errors.AuthenticationError` if the server
     does not prove the key, ``ConnectionError`` if the connection ends; a connection
     that failed is not used again."""
@@ -272,6 +273,7 @@ def call(address: CallAddress, key: bytes, request: Parts, peer: str) -> Parts:
     slot = (address, key)
     connection = connections.get(slot)
     if connection is None:
+        peer = f"the manager at {server}"
         try:
             connection = _connect(address, key, peer)
         except AuthenticationError:

@@ -144,7 +144,7 @@ def test_another_key_is_refused(manager):
     items = manager.list()
     with pytest.raises(fiberlite.AuthenticationError):
         stream.call(items._server.calls, b"not the run's key" * 2, (pickle.dumps(None), []),
-                    "the manager")
+                    items._server.address)
 
 
 def test_with_tls_calls_come_through_the_hub(monkeypatch):
