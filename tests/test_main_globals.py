@@ -17,10 +17,12 @@ from paths import ROOT
 pytestmark = pytest.mark.timeout(120)
 
 
-def run(tmp_path, source: str, as_file: bool = True) -> subprocess.CompletedProcess:
-    """Run ``source`` as the main script (``as_file``: from a file, else with ``-c``)."""
+def run(tmp_path, source: str, as_file: bool = True, **settings: str) -> subprocess.CompletedProcess:
+    """Run ``source`` as the main script (``as_file``: from a file, else with ``-c``),
+    with ``settings`` as ``FIBERLITE_<NAME>`` in its environment."""
     source = textwrap.dedent(source)
     env = dict(os.environ, PYTHONPATH=ROOT)
+    env.update({f"FIBERLITE_{name.upper()}": value for name, value in settings.items()})
     if as_file:
         script = tmp_path / "main_script.py"
         script.write_text(source)
@@ -80,6 +82,15 @@ def test_a_global_rebound_to_a_manager_is_made_again_by_the_jobs(tmp_path):
     assert "exitcodes [0, 0]" in lines
     assert "book [(0, 'signer-0'), (1, 'signer-1')]" in lines
     assert "squares [0, 1, 4, 9, 16]" in lines
+
+
+@pytest.mark.docker
+def test_in_containers_the_script_from_the_mounted_working_directory_makes_the_global(tmp_path):
+    from docker_env import ensure_docker
+    done = run(tmp_path, MANAGER_AS_NAMESPACE, backend="docker", image=ensure_docker())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "exitcodes [0, 0]" in done.stdout.splitlines()
+    assert "book [(0, 'signer-0'), (1, 'signer-1')]" in done.stdout.splitlines()
 
 
 def test_a_global_the_script_makes_only_under_its_main_guard_is_named(tmp_path):
