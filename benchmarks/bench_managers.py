@@ -3,7 +3,7 @@
 Each section is one use of a shared object, measured on ``multiprocessing``'s
 ``SyncManager`` (spawn start method; the reference) and on ``fiberlite.Manager()``,
 both running at once and taking turns round by round (``interleave``), so that a stretch
-of time when the machine is slower weighs on both alike. A round does ``--ops`` calls.
+of time when the machine is slower weighs on both alike: 31 rounds of ``--ops`` calls.
 
 - ``Queue``: a child process puts 256-byte strings on a manager's ``Queue`` and the
   parent gets them (time per object passed);
@@ -14,7 +14,7 @@ of time when the machine is slower weighs on both alike. A round does ``--ops`` 
 
 These are the manager rows of CPython's ``Doc/includes/mp_benchmarks.py``.
 
-Run: ``python benchmarks/bench_managers.py [--quick] [--ops N] [--json PATH]``
+Run: ``python benchmarks/bench_managers.py [--quick] [--ops N] [--only SECTION] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -129,10 +129,12 @@ SECTIONS = {  # key: (title, unit, the round that measures it)
 
 def main() -> None:
     p = parser("Managers: proxy calls vs the standard library's manager.")
-    p.add_argument("--ops", type=int, default=None, help="calls per round (default 2,000)")
+    p.add_argument("--ops", type=int, default=None, help="calls per round (default 1,000)")
+    p.add_argument("--only", choices=list(SECTIONS), action="append",
+                   help="run only these sections (repeatable)")
     args = p.parse_args()
-    ops = args.ops or sized(args, 2000, 200)
-    rounds = sized(args, 15, 2)
+    ops = args.ops or sized(args, 1000, 200)
+    rounds = sized(args, 31, 2)
     report = Report("managers", "manager proxy calls vs multiprocessing's manager", ops=ops,
                     rounds=rounds)
     import fiberlite
@@ -142,6 +144,8 @@ def main() -> None:
              Side(FIBERLITE, fiberlite.Manager(), fiberlite.Process)]
     try:
         for key, (title, unit, run) in SECTIONS.items():
+            if args.only and key not in args.only:
+                continue
             section = report.section(key, title, unit=unit, reference=MP,
                                      note=f"{rounds} rounds of {ops:,}, the two managers taking turns")
             samples = interleave({side.name: (lambda side=side: run(side, ops)) for side in sides},

@@ -9,6 +9,7 @@ after a worker died, or out of order, still lands exactly once and in order.
 from __future__ import annotations
 
 import collections
+import itertools
 import sys
 import threading
 import traceback
@@ -281,15 +282,19 @@ class IMapIterator(_Sink):
     # -- the caller side ---------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         """The results from here on; the values of a chunk come without a call each."""
+        return itertools.chain.from_iterable(self._runs())
+
+    def _runs(self) -> Iterator:
+        """The results from here on, as runs: the rest of a chunk, or one value."""
         while True:
             current = self._current
             if current is not None:
-                yield from current
+                yield current
             try:
                 value = self.next()
             except StopIteration:
                 return
-            yield value
+            yield (value,)
 
     def next(self, timeout: float | None = None) -> Any:
         """The next result; ``TimeoutError`` if none arrives within ``timeout`` seconds."""
