@@ -17,6 +17,7 @@ and their reference changes, queued by finalizers in ``_pending``, are not sent;
 from __future__ import annotations
 
 import itertools
+import pickle
 import threading
 import weakref
 from typing import Any
@@ -27,7 +28,7 @@ from ..runtime import identity
 from ..runtime.finalizing import CastQueue
 from ..runtime.hub import ObjectRef, connect
 from ..wire.client import Client
-from ..wire.codec import Payload, dumps_quick, loads
+from ..wire.codec import PROTOCOL, Payload, dumps, dumps_quick, loads, plain
 from . import serializers, stream
 from .stream import Parts
 
@@ -108,6 +109,7 @@ _sending = threading.Lock()        # held while a cast is sent; taken to mark a 
 _pending = CastQueue("fiberlite-manager-refs", skip=lambda ref: ref.address in _dead,
                      guard=_sending)
 _tls = threading.local()
+_pickle_dumps = pickle.dumps
 _caller_ids = itertools.count(1)
 
 
@@ -121,10 +123,18 @@ def _gone(address: str, cause: object = None) -> ConnectionLost:
 _unreachable: set[Any] = set()  # call addresses this process cannot connect to
 
 
-def encode(message: Any) -> Parts:
-    """A message on a caller's own connection, pickled: plain values (as most arguments
-    and results are) with the C pickler, others with cloudpickle."""
-    return dumps_quick(message, depth=4)
+def encode_request(request: tuple) -> Parts:
+    """A request on a caller's own connection (its items but the last are names and
+    numbers, the last the call's values), pickled: plain values (as most arguments are)
+    with the C pickler, others with cloudpickle."""
+    if plain(request[-1], 3):
+        return _pickle_dumps(request, PROTOCOL), []
+    return dumps(request)
+
+
+def encode_reply(reply: tuple) -> Parts:
+    """A server's reply, pickled as :func:`encode_request` pickles a request."""
+    return dumps_quick(reply, depth=4)
 
 
 def decode(parts: Parts) -> Any:
@@ -155,13 +165,13 @@ def _send(ref: ObjectRef, op: str, ident: str, head: tuple, values: Any) -> tupl
             raise _gone(address)
         try:
             reply = decode(stream.call(calls, ref.key or identity.key(),
-                                       encode((op, ident, *head, values)), address))
+                                       encode_request((op, ident, *head, values)), address))
         except stream.Unreachable:  # (a firewall, a NAT): the hub's address may be reachable
             _unreachable.add(calls)
         except ConnectionError as exc:
             raise _lost_call(ref, ident, exc) from exc
         else:
-            if reply == OTHER_SERVER:
+            if reply == (OTHER_SERVER,):
                 raise _gone(address, _OTHER.format(address=address))
             return reply
     return _server_call(ref, op, ident, _caller(ref), *head, Payload.pack(values)).unpack()

@@ -49,7 +49,8 @@ class BaseProxy:
     def _callmethod(self, methodname: str, args: tuple = (), kwds: Mapping[str, Any] = {}) -> Any:
         """Run ``methodname(*args, **kwds)`` on the shared object and return the result."""
         kind, *rest = _call(self._server, "invoke", self._token.ident, (self._id, methodname),
-                            tuple(args), dict(kwds))
+                            args if type(args) is tuple else tuple(args),
+                            kwds if type(kwds) is dict else dict(kwds))
         if kind == "ok":
             return rest[0]
         if kind == "proxy":

@@ -32,7 +32,7 @@ from ..runtime.hub import Servant
 from ..wire.codec import Payload
 from ..failure import Failure
 from . import serializers
-from .calls import OTHER_SERVER, NotExposedError, OtherServer, Parts, decode, encode
+from .calls import OTHER_SERVER, NotExposedError, OtherServer, Parts, decode, encode_reply
 from .stream import CallListener
 
 __all__ = ["ManagerServer", "public_methods"]
@@ -211,19 +211,19 @@ class ManagerServer(Servant):
         that connection's thread: ``("create", ident, typeid, values)`` or ``("invoke",
         ident, oid, method, values)`` (``values``: the arguments and keywords as the
         serializer sends them), answered with the reply encoded
-        (:func:`~.calls.encode`). New shared objects are in transit to the caller's job,
+        (:func:`~.calls.encode_reply`). New shared objects are in transit to the caller's job,
         whose proxy adopts them."""
         try:
             op, ident, *args = decode(parts)
             if ident != self.ident:
-                return encode(OTHER_SERVER)
+                return encode_reply((OTHER_SERVER,))
             reply = self._run(None, self._invoke if op == "invoke" else self._create, *args)
         except BaseException as exc:  # (a request that cannot be unpickled here)
             reply = ("error", Failure.of(exc))
         try:
-            return encode(reply)
+            return encode_reply(reply)
         except Exception as exc:  # a result that cannot be pickled
-            return encode(("error", Failure.of(exc)))
+            return encode_reply(("error", Failure.of(exc)))
 
     # -- bookkeeping ------------------------------------------------------------------------------
     def _submit(self, request, caller: int, fn: Callable, *args: Any) -> None:

@@ -21,7 +21,7 @@ use and closed when the thread ends. A connection that fails raises
 
 Frames, both ways: ``u32 pickle length, u32 buffer count, u64 length per buffer``, the
 pickle, then its out-of-band buffers, which travel without a copy into it. What is
-pickled, and how, is the caller's business (:func:`fiberlite.managers.calls.encode`).
+pickled, and how, is the caller's business (:mod:`fiberlite.managers.calls`).
 """
 from __future__ import annotations
 
