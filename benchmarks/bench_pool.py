@@ -12,6 +12,10 @@ Sections (``multiprocessing.get_context("spawn").Pool`` is the reference unless 
   pynng Pair0 push of 200 1-MiB messages between two processes (the reference: the
   raw one-way bandwidth, measured in the same run). numpy is imported at module level
   and every worker has used it before timing.
+- ``imap``: the calls of CPython's ``mp_pool.py`` example with big chunks, on a pool of
+  4 workers: ``map(noop, L)`` with ``L = [None] * 1,000,000``, ``imap`` and
+  ``imap_unordered`` of the same with ``chunksize=125,000``, and ``imap(pow3,
+  range(100,000), chunksize=12,500)``; time per call, both pools taking turns.
 - ``dispatch``: the master's cost per task with 10, 100 and 1,000 connected workers.
   The workers are simulated: threads in a few helper jobs, each with its own
   authenticated connection, speaking the real worker protocol (``next`` carrying the
@@ -61,6 +65,10 @@ MIB = 1 << 20
 # -- tasks (module level: the spawn start method imports them by name) ----------------------
 def noop(x: Any) -> Any:
     return x
+
+
+def pow3(x: int) -> int:
+    return x ** 3
 
 
 def mib_bytes(_: Any) -> bytes:
@@ -218,6 +226,46 @@ def bench_throughput(report: Report, args: Any) -> None:
     for section in sections.values():
         section.note += "; tasks/s: " + ", ".join(
             f"{row.name} {row.info['tasks_per_s']:,.0f}" for row in section.rows)
+
+
+# -- imap with big chunks ---------------------------------------------------------------------
+def bench_imap(report: Report, args: Any) -> None:
+    size = sized(args, 1_000_000, 40_000)
+    nones, numbers = [None] * size, range(size // 10)
+    calls: dict[str, Callable[[Any], Any]] = {
+        f"map(noop, [None] * {size:,})": lambda pool: pool.map(noop, nones),
+        f"imap(noop, same, chunksize={size // 8:,})":
+            lambda pool: list(pool.imap(noop, nones, chunksize=size // 8)),
+        f"imap_unordered(noop, same, chunksize={size // 8:,})":
+            lambda pool: list(pool.imap_unordered(noop, nones, chunksize=size // 8)),
+        f"imap(pow3, range({size // 10:,}), chunksize={size // 80:,})":
+            lambda pool: list(pool.imap(pow3, numbers, chunksize=size // 80)),
+    }
+    repeats = sized(args, 15, 1)
+    sections = {name: report.section(f"imap_{i}", f"{name}, 4 workers", unit="call", reference=MP,
+                                     note=f"{repeats} repeats, the two pools taking turns")
+                for i, name in enumerate(calls)}
+    progress("imap: starting both pools ...")
+    pools = [(FIBERLITE, __import__("fiberlite").Pool(4)),
+             (MP, multiprocessing.get_context("spawn").Pool(4))]
+    try:
+        for _, pool in pools:
+            pool_runner("", pool, 4).warm()
+        for name, call in calls.items():
+            progress(f"imap: {name} ...")
+            samples: dict[str, list[float]] = {label: [] for label, _ in pools}
+            for _ in range(repeats):  # alternate, so that drift hits both alike
+                for label, pool in pools:
+                    start = time.perf_counter()
+                    call(pool)
+                    samples[label].append(time.perf_counter() - start)
+            items = size // 10 if "pow3" in name else size
+            for label, _ in pools:
+                sections[name].add(label, from_samples(samples[label]), items=items)
+    finally:
+        for _, pool in pools:
+            pool.terminate()
+            pool.join()
 
 
 # -- (c) bandwidth -------------------------------------------------------------------------------
@@ -419,11 +467,12 @@ def measure_dispatch(n: int, tasks: int, repeats: int, helpers: int) -> tuple[St
 
 def main() -> None:
     p = parser("Pool: framework overhead, throughput, result bandwidth, dispatch cost.")
-    p.add_argument("--only", choices=["overhead", "throughput", "bandwidth", "dispatch"], action="append",
-                   help="run only these sections (repeatable)")
+    p.add_argument("--only", choices=["overhead", "throughput", "imap", "bandwidth", "dispatch"],
+                   action="append", help="run only these sections (repeatable)")
     args = p.parse_args()
-    report = Report("pool", "Pool overhead, throughput, bandwidth and dispatch cost vs multiprocessing")
-    steps = {"overhead": bench_overhead, "throughput": bench_throughput,
+    report = Report("pool", "Pool overhead, throughput, imap, bandwidth and dispatch cost vs "
+                            "multiprocessing")
+    steps = {"overhead": bench_overhead, "throughput": bench_throughput, "imap": bench_imap,
              "bandwidth": bench_bandwidth, "dispatch": bench_dispatch}
     for key, step in steps.items():
         if not args.only or key in args.only:

@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable, Iterable, Mapping
 
 from . import observe
-from .runtime import exit_order, identity
+from .runtime import exit_order, identity, main_script
 
 _children: set["Process"] = set()
 
@@ -130,6 +130,7 @@ class Process:
         assert self._parent_pid == os.getpid(), "can only start a process object created by current process"
         assert not current_process().daemon, "daemonic processes are not allowed to have children"
         _reap()
+        main_script.check_not_running()
         from .runtime.launcher import Launch
         self._popen = Launch(self, current_process().name)
         # the job has its own copy; drop ours so the target can be collected (as multiprocessing does)

@@ -25,9 +25,9 @@ A few passing tests that start many jobs are left out of the default run to keep
 file near a minute on 2 cores (reason ``slow``); ``FIBERLITE_CONFORMANCE_SLOW=1`` runs them.
 
 Documented behaviour that fails: none in the default run. Left out by design (and
-said in docs/multiprocessing.md): the xmlrpclib serializer (``test_remote``), a result
-the stdlib cannot pickle (``test_unpickleable_result``, ``test_map_unplicklable``), and a
-manager constructor's error keeping its type (``TestManagerPool.test_make_pool``).
+said in docs/multiprocessing.md): a result the stdlib cannot pickle
+(``test_unpickleable_result``, ``test_map_unplicklable``), and a manager constructor's
+error keeping its type (``TestManagerPool.test_make_pool``).
 
 The classes that run CPython's tests on a manager's objects (``TestManager*``: a manager
 job per test) are in the slow set.
@@ -38,8 +38,9 @@ Adaptations (helpers that name the stdlib directly or read its private state):
 here: its repr must report 0 sleepers, the stdlib's repr format); ``_TestBarrier``'s
 ``DummyList`` (a counter in stdlib heap memory passed by fd; here: a ``Value``);
 ``_UpperCaser`` (CPython's methods on a fiberlite ``Process`` base); module-level
-``Value`` in ``_TestSharedCTypes``; CPython's ``QueueManager``/``MyManager`` (on the
-stdlib's ``BaseManager``) and ``_TestManagerRestart._putter``, which names it in the job;
+``Value`` in ``_TestSharedCTypes``; CPython's ``QueueManager``/``QueueManager2``/``MyManager``
+(on the stdlib's ``BaseManager``) and the ``_putter`` helpers of ``_TestManagerRestart`` and
+``_TestRemoteManager``, which name them in the job;
 ``_TestImportStar``'s module list (fiberlite's modules).
 """
 from __future__ import annotations
@@ -53,6 +54,7 @@ import pytest
 
 import fiberlite
 import fiberlite.connection
+import fiberlite.dummy
 import fiberlite.managers
 import fiberlite.pool
 import fiberlite.queues
@@ -391,6 +393,13 @@ class FiberliteQueueManager(fiberlite.managers.BaseManager):
 FiberliteQueueManager.register("get_queue", callable=cpy.get_queue)
 
 
+class FiberliteQueueManager2(fiberlite.managers.BaseManager):
+    """CPython's ``QueueManager2`` (the client's view: no callable) on fiberlite's."""
+
+
+FiberliteQueueManager2.register("get_queue")
+
+
 class FiberliteMyManager(fiberlite.managers.BaseManager):
     """CPython's ``MyManager`` on fiberlite's ``BaseManager``."""
 
@@ -402,23 +411,61 @@ FiberliteMyManager.register("baz", callable=cpy.baz, proxytype=fiberlite.manager
 
 def _use_fiberlite_managers(case: unittest.TestCase) -> None:
     case.enterContext(mock.patch.object(cpy, "QueueManager", FiberliteQueueManager))
+    case.enterContext(mock.patch.object(cpy, "QueueManager2", FiberliteQueueManager2))
     case.enterContext(mock.patch.object(cpy, "MyManager", FiberliteMyManager))
     case.enterContext(mock.patch.object(cpy, "RemoteError", fiberlite.managers.RemoteError))
-    case.enterContext(mock.patch.object(cpy, "SERIALIZER", "pickle"))
 
 
-class TestManagerRestart(FiberliteMixin, cpy._TestManagerRestart, unittest.TestCase):
-    # CPython's helper names the stdlib's QueueManager in the job; its serializer is
-    # xmlrpclib, fiberlite's pickle
+class FiberliteThreadsMixin(_NoClassFixtures, cpy.ThreadsMixin):
+    """What CPython's ``ThreadsMixin`` binds, bound to ``fiberlite.dummy``."""
+
+    Process = fiberlite.dummy.Process
+    connection = fiberlite.dummy.connection
+    current_process = staticmethod(fiberlite.dummy.current_process)
+    active_children = staticmethod(fiberlite.dummy.active_children)
+    Pool = staticmethod(fiberlite.dummy.Pool)
+    Pipe = staticmethod(fiberlite.dummy.Pipe)
+    Queue = staticmethod(fiberlite.dummy.Queue)
+    JoinableQueue = staticmethod(fiberlite.dummy.JoinableQueue)
+    Lock = staticmethod(fiberlite.dummy.Lock)
+    RLock = staticmethod(fiberlite.dummy.RLock)
+    Semaphore = staticmethod(fiberlite.dummy.Semaphore)
+    BoundedSemaphore = staticmethod(fiberlite.dummy.BoundedSemaphore)
+    Condition = staticmethod(fiberlite.dummy.Condition)
+    Event = staticmethod(fiberlite.dummy.Event)
+    Barrier = staticmethod(fiberlite.dummy.Barrier)
+    Value = staticmethod(fiberlite.dummy.Value)
+    Array = staticmethod(fiberlite.dummy.Array)
+
+    def setUp(self):
+        _use_fiberlite(self)
+        super().setUp()
+
+
+class _ManagerRestart:
+    """CPython's ``_TestManagerRestart``: its helper names the stdlib's QueueManager in
+    the job; here fiberlite's, with CPython's serializer (xmlrpclib)."""
+
     @classmethod
     def _putter(cls, address, authkey):
-        manager = FiberliteQueueManager(address=address, authkey=authkey)
+        manager = FiberliteQueueManager(address=address, authkey=authkey,
+                                        serializer=cpy.SERIALIZER)
         manager.connect()
         manager.get_queue().put("hello world")
 
     def setUp(self):
         super().setUp()
         _use_fiberlite_managers(self)
+
+
+class TestManagerRestart(_ManagerRestart, FiberliteMixin, cpy._TestManagerRestart,
+                         unittest.TestCase):
+    pass
+
+
+class TestManagerRestartThreads(_ManagerRestart, FiberliteThreadsMixin, cpy._TestManagerRestart,
+                                unittest.TestCase):
+    pass
 
 
 class FiberliteManagerMixin(_NoClassFixtures, cpy.ManagerMixin):
@@ -445,11 +492,14 @@ class TestMyManager(FiberliteManagerMixin, cpy._TestMyManager, unittest.TestCase
     pass
 
 
-@select(not_applicable={"test_remote": "checks the xmlrpclib serializer (a tuple comes back "
-                                       "a list, a function cannot be sent); fiberlite pickles "
-                                       "only: tests/managers/test_remote_managers.py"})
 class TestRemoteManager(FiberliteManagerMixin, cpy._TestRemoteManager, unittest.TestCase):
-    pass
+    # CPython's helper names the stdlib's QueueManager2 in the job: here fiberlite's
+    @classmethod
+    def _putter(cls, address, authkey):
+        manager = FiberliteQueueManager2(address=address, authkey=authkey,
+                                         serializer=cpy.SERIALIZER)
+        manager.connect()
+        manager.get_queue().put(tuple(cls.values))  # xmlrpclib: a list comes out
 
 
 # -- logging and the modules ------------------------------------------------------------------

@@ -2,28 +2,39 @@
 
 A :class:`Token` names one shared object, and the server holding it by the random
 identity that server took when it started: a port is reused, and a proxy of a manager
-shut down must not reach the object with its id in a manager now listening there.
-:func:`_server_call` sends a request to the server (:mod:`.server`) and turns a lost
-connection, or a server that is not the one named, into a clear error; the calling
-thread is named to the server by :func:`_caller`. Managers known to be gone are kept in
-``_dead``, so that proxies (:mod:`.proxies`) fail at once and their reference changes,
-queued by finalizers in ``_pending``, are not sent; :mod:`.manager` marks its server
-gone when it shuts it down.
+shut down must not reach the object with its id in a manager now listening there. Its
+:class:`ServerRef` says where the server is served (a hub, or an address of its own
+with its own key) and where callers' own connections reach it (:mod:`.stream`).
+
+:func:`_call` runs ``create`` and ``invoke`` on the calling thread's own connection,
+when the server offers them and this process can reach them, else through the hub as
+:func:`_server_call` sends every other request (reference counts, identity); both turn
+a lost connection, or a server that is not the one named, into a clear error. Managers
+known to be gone are kept in ``_dead``, so that proxies (:mod:`.proxies`) fail at once
+and their reference changes, queued by finalizers in ``_pending``, are not sent;
+:mod:`.manager` marks its server gone when it shuts it down.
 """
 from __future__ import annotations
 
 import itertools
+import pickle
 import threading
 import weakref
 from typing import Any
 
-
-from ..errors import ConnectionLost, RemoteTraceback
+from ..errors import ConnectionLost
+from ..failure import Failure
+from ..runtime import identity
 from ..runtime.finalizing import CastQueue
-from ..runtime.hub import ObjectRef
-from ..wire.codec import Payload
+from ..runtime.hub import ObjectRef, connect
+from ..wire.client import Client
+from ..wire.codec import PROTOCOL, Payload, dumps, dumps_quick, loads, plain
+from . import serializers, stream
+from .stream import Parts
 
-__all__ = ["Token", "RemoteError", "NotExposedError"]
+__all__ = ["Token", "RemoteError", "NotExposedError", "ServerRef"]
+
+OTHER_SERVER = "other-server"  # the answer to a call naming another server's identity
 
 
 class RemoteError(Exception):
@@ -36,6 +47,31 @@ class RemoteError(Exception):
 
 class NotExposedError(RemoteError, AttributeError):
     """A proxy called a method its object does not expose."""
+
+
+class ServerRef(ObjectRef):
+    """A manager's server: where it is served (``address``, ``oid``), the key a peer
+    must prove there (``key``; None: the run's), where callers' own connections reach
+    it (``calls``, see :mod:`.stream`; None: through ``address`` only) and how values
+    travel to it (``serializer``, see :mod:`.serializers`).
+
+    Pickled, it carries the key, as a stdlib proxy handed to a child does: a job it is
+    sent to can reach the manager without being told the key."""
+
+    __slots__ = ("key", "calls", "serializer")
+
+    def __init__(self, address: str, oid: int, key: bytes | None = None,
+                 calls: stream.CallAddress | None = None, serializer: str = "pickle") -> None:
+        super().__init__(address, oid)
+        self.key = key
+        self.calls = calls
+        self.serializer = serializer
+
+    def __reduce__(self):
+        return (ServerRef, (self.address, self.oid, self.key, self.calls, self.serializer))
+
+    def connection(self) -> Client:
+        return connect(self.address, self.key)
 
 
 class Token:
@@ -73,6 +109,7 @@ _sending = threading.Lock()        # held while a cast is sent; taken to mark a 
 _pending = CastQueue("fiberlite-manager-refs", skip=lambda ref: ref.address in _dead,
                      guard=_sending)
 _tls = threading.local()
+_pickle_dumps = pickle.dumps
 _caller_ids = itertools.count(1)
 
 
@@ -81,6 +118,76 @@ def _gone(address: str, cause: object = None) -> ConnectionLost:
     detail = f" ({cause})" if cause is not None else ""
     return ConnectionLost(f"the manager at {address} is no longer running: it was shut down "
                           f"or its job ended{detail}; its proxies cannot be used any more")
+
+
+_unreachable: set[Any] = set()  # call addresses this process cannot connect to
+
+
+def encode_request(request: tuple) -> Parts:
+    """A request on a caller's own connection (its items but the last are names and
+    numbers, the last the call's values), pickled: plain values (as most arguments are)
+    with the C pickler, others with cloudpickle."""
+    if plain(request[-1], 3):
+        return _pickle_dumps(request, PROTOCOL), []
+    return dumps(request)
+
+
+def encode_reply(reply: tuple) -> Parts:
+    """A server's reply, pickled as :func:`encode_request` pickles a request."""
+    return dumps_quick(reply, depth=4)
+
+
+def decode(parts: Parts) -> Any:
+    return loads(*parts)
+
+
+def _call(ref: ObjectRef, op: str, ident: str, head: tuple, args: tuple, kwds: dict) -> tuple:
+    """The reply to ``create`` (``head``: the type id) or ``invoke`` (``head``: object id,
+    method) of ``args`` and ``kwds`` on the manager server ``ref`` (of identity
+    ``ident``), its value as the serializer gives it back."""
+    serializer = getattr(ref, "serializer", "pickle")
+    if serializer == "pickle":  # (the values as they are: the common case, kept short)
+        return _send(ref, op, ident, head, (args, kwds))
+    reply = _send(ref, op, ident, head, serializers.dumps(serializer, (args, kwds)))
+    if reply[0] == "ok":
+        return ("ok", serializers.loads(serializer, reply[1]))
+    return reply
+
+
+def _send(ref: ObjectRef, op: str, ident: str, head: tuple, values: Any) -> tuple:
+    """A call's request, sent on this thread's own connection when the server offers one
+    this process can reach, else through the hub, to the server thread of this thread's
+    calls; its reply."""
+    calls = getattr(ref, "calls", None)
+    if calls is not None and calls not in _unreachable and not ref.is_local:
+        address = ref.address
+        if address in _dead:
+            raise _gone(address)
+        try:
+            reply = decode(stream.call(calls, ref.key or identity.key(),
+                                       encode_request((op, ident, *head, values)), address))
+        except stream.Unreachable:  # (a firewall, a NAT): the hub's address may be reachable
+            _unreachable.add(calls)
+        except ConnectionError as exc:
+            raise _lost_call(ref, ident, exc) from exc
+        else:
+            if reply == (OTHER_SERVER,):
+                raise _gone(address, _OTHER.format(address=address))
+            return reply
+    return _server_call(ref, op, ident, _caller(ref), *head, Payload.pack(values)).unpack()
+
+
+_OTHER = "another manager now listens at {address} and does not hold its objects"
+
+
+def _lost_call(ref: ObjectRef, ident: str, cause: Exception) -> ConnectionLost:
+    """The error for a call whose own connection ended: the server is gone, or another
+    one listens at its address now (asked through the hub), or only that connection broke."""
+    now, _calls, _serializer = _server_call(ref, "ident")  # raises if nothing answers there
+    if now != ident:
+        return _gone(ref.address, _OTHER.format(address=ref.address))
+    return ConnectionLost(f"the connection to the manager at {ref.address} ended during a call "
+                          f"({cause}); the call may or may not have run")
 
 
 def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
@@ -97,8 +204,7 @@ def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
                 client.on_lost(lambda: _dead.add(address))
         return ref.call(method, *args)
     except OtherServer:  # the manager listening at address now is a live one
-        raise _gone(address, f"another manager now listens at {address} and does not hold "
-                             "its objects") from None
+        raise _gone(address, _OTHER.format(address=address)) from None
     except ConnectionError as exc:
         _dead.add(address)
         raise _gone(address, exc) from exc
@@ -134,10 +240,7 @@ def _queue_decref(ref: ObjectRef, ident: str, oid: int) -> None:
     _pending.put(ref, "decref", ident, oid)  # from a finalizer
 
 
-def _raise_remote(packed: Payload | None, tb: str, type_name: str, message: str) -> None:
-    exc: BaseException
-    try:
-        exc = packed.unpack() if packed is not None else RuntimeError(f"{type_name}: {message}")
-    except Exception:
-        exc = RuntimeError(f"{type_name}: {message}")
-    raise exc from RemoteTraceback("\n--- traceback in the manager job ---\n" + tb)
+def _raise_remote(failure: Failure) -> None:
+    """Raise the exception a method raised in the server (a :class:`RemoteError` naming
+    it when it cannot be unpickled here), its traceback there as the cause."""
+    raise failure.rebuild(lambda f: RemoteError(f"{f.type_name}: {f.message}"))

@@ -1,6 +1,6 @@
 """Managers: the objects that start a server job and create shared objects in it.
 
-:meth:`BaseManager.start` runs :func:`~fiberlite.managers.server._serve` as a job and
+:meth:`BaseManager.start` runs :func:`~fiberlite.managers.job.serve` as a job and
 keeps that job's end of a control pipe; ``register`` adds the types a manager can create
 and the proxy type (:mod:`.proxies`) each one returns. :class:`SyncManager` registers the
 types of ``multiprocessing.managers.SyncManager``, including the :class:`Namespace`,
@@ -21,13 +21,13 @@ from ..errors import ProcessError
 from ..process import Process
 from ..runtime import exit_order
 from ..runtime.hub import ObjectRef
-from ..wire.codec import Payload
-from .calls import Token, _caller, _dead, _raise_remote, _sending, _server_call, _watched
+from .calls import ServerRef, Token, _call, _dead, _raise_remote, _sending, _server_call, _watched
+from .job import serve
 from .proxies import (AcquirerProxy, ArrayProxy, AutoProxy, BarrierProxy, BaseProxy,
                       ConditionProxy, DictProxy, EventProxy, IteratorProxy, ListProxy,
                       NamespaceProxy, PoolProxy, ValueProxy)
-from .remote import SERVER_OID, KeyedRef, Server, check_address, check_authkey, url_of
-from .server import _serve
+from . import serializers
+from .remote import SERVER_OID, Server, check_address, check_authkey, url_of
 
 __all__ = ["BaseManager", "SyncManager", "Namespace", "Value", "Array"]
 
@@ -129,8 +129,7 @@ class BaseManager:
     def __init__(self, address: Any = None, authkey: bytes | None = None,
                  serializer: str = "pickle", ctx: Any = None, *,
                  shutdown_timeout: float = 5.0) -> None:
-        if serializer != "pickle":
-            raise ValueError(f"unsupported serializer {serializer!r}: only 'pickle' is available")
+        self._serializer = serializers.check(serializer)
         # with an address, the server listens there and checks authkey (default: the
         # run's key); without, it is reached through its job's hub with the run's key
         self._address = check_address(address) if address is not None else None
@@ -156,9 +155,9 @@ class BaseManager:
         control, job_end = Pipe()
         ident = secrets.token_hex(8)
         process = (Process if self._ctx is None else self._ctx.Process)(
-            target=_serve, daemon=True, args=(self._registry, job_end, initializer,
+            target=serve, daemon=True, args=(self._registry, job_end, initializer,
                                               tuple(initargs), self._address, self._authkey,
-                                              ident))
+                                              ident, self._serializer))
         process.name = f"{type(self).__name__}-{':'.join(str(i) for i in process._identity)}"
         process.start()
         job_end.close()
@@ -171,12 +170,15 @@ class BaseManager:
                 server = control.recv()
         except EOFError:
             pass
-        if isinstance(server, tuple) and process.exitcode is None:  # listening at an address
-            self._address = server
-            server = self._keyed_ref()
-        elif isinstance(server, ObjectRef):
-            with _sending:  # its job's port may be one a manager shut down here had
-                _dead.discard(server.address)
+        if isinstance(server, tuple) and process.exitcode is None:
+            where, calls = server
+            if isinstance(where, ObjectRef):  # served by its job's hub
+                server = ServerRef(where.address, where.oid, None, calls, self._serializer)
+                with _sending:  # its job's port may be one a manager shut down here had
+                    _dead.discard(server.address)
+            else:  # listening at an address
+                self._address = where
+                server = self._server_ref(calls)
         if not isinstance(server, ObjectRef) or process.exitcode is not None:
             control.close()
             process.join(self._shutdown_timeout)
@@ -211,10 +213,12 @@ class BaseManager:
         if self._address is None:
             raise ValueError("connect() needs the manager's address: "
                              "BaseManager(address=(host, port), authkey=...)")
-        server = self._keyed_ref()
         # fails here on a wrong key or nothing listening
-        self._ident = _server_call(server, "ident")
-        self._server = server
+        self._ident, calls, serializer = _server_call(self._server_ref(), "ident")
+        if serializer != self._serializer:
+            raise ValueError(f"the manager at {url_of(self._address)} uses serializer "
+                             f"{serializer!r}; make this one with serializer={serializer!r}")
+        self._server = self._server_ref(calls)
         self._state.value = _State.STARTED
 
     def get_server(self) -> Server:
@@ -225,13 +229,15 @@ class BaseManager:
                              "BaseManager(address=(host, port), authkey=...)")
         if self._state.value != _State.INITIAL:
             raise ProcessError("the manager has already been started or connected")
-        return Server(self._registry, self._address, self._authkey)
+        return Server(self._registry, self._address, self._authkey, self._serializer)
 
-    def _keyed_ref(self) -> KeyedRef:
+    def _server_ref(self, calls: Any = None) -> ServerRef:
+        """The server listening at this manager's address (``calls``: where callers' own
+        connections reach it)."""
         url = url_of(self._address)
         with _sending:  # a manager at an address that was shut down may be back
             _dead.discard(url)
-        return KeyedRef(url, SERVER_OID, self._authkey)
+        return ServerRef(url, SERVER_OID, self._authkey, calls, self._serializer)
 
     @property
     def address(self) -> Any:
@@ -262,15 +268,13 @@ class BaseManager:
             raise ProcessError("Manager has shut down" if self._state.value == _State.SHUTDOWN
                                else "Manager is not started: call start() or use it in a with block")
         server = self._server
-        reply = _server_call(server, "create", self._ident, _caller(server), typeid,
-                             Payload.pack((args, kwds)))
-        kind, *rest = reply.unpack()
+        kind, *rest = _call(server, "create", self._ident, (typeid,), args, kwds)
         if kind != "proxy":
             _raise_remote(*rest)
-        typeid, oid, exposed, _ = rest
+        typeid, oid, exposed, _, held = rest
         proxytype = self._registry[typeid][3]
         return proxytype(Token(typeid, server, oid, self._ident), manager=self, exposed=exposed,
-                         incref=False)
+                         incref=not held)
 
     def _number_of_objects(self) -> int:
         """How many shared objects the server holds."""

@@ -13,8 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ConnectionLost
 from ..synchronize.condition import wait_until
-from ..wire.codec import Payload
-from .calls import Token, _caller, _dead, _pending, _queue_decref, _raise_remote, _server_call
+from .calls import Token, _call, _dead, _pending, _queue_decref, _raise_remote, _server_call
 
 __all__ = ["BaseProxy", "RebuildProxy", "MakeProxyType", "AutoProxy", "IteratorProxy",
            "AcquirerProxy", "ConditionProxy", "EventProxy", "BarrierProxy", "NamespaceProxy",
@@ -49,19 +48,16 @@ class BaseProxy:
 
     def _callmethod(self, methodname: str, args: tuple = (), kwds: Mapping[str, Any] = {}) -> Any:
         """Run ``methodname(*args, **kwds)`` on the shared object and return the result."""
-        reply = _server_call(self._server, "invoke", self._token.ident, _caller(self._server),
-                             self._id, methodname, Payload.pack((tuple(args), dict(kwds))))
-        return self._unpack(reply)
-
-    def _unpack(self, reply: Payload) -> Any:
-        kind, *rest = reply.unpack()
+        kind, *rest = _call(self._server, "invoke", self._token.ident, (self._id, methodname),
+                            args if type(args) is tuple else tuple(args),
+                            kwds if type(kwds) is dict else dict(kwds))
         if kind == "ok":
             return rest[0]
         if kind == "proxy":
-            typeid, oid, exposed, proxytype = rest
+            typeid, oid, exposed, proxytype, held = rest
             token = Token(typeid, self._server, oid, self._token.ident)
             return (proxytype or AutoProxy)(token, manager=self._manager, exposed=exposed,
-                                            incref=False)
+                                            incref=not held)
         _raise_remote(*rest)
 
     def _getvalue(self) -> Any:

@@ -4,20 +4,20 @@ A manager given an address serves its :class:`~fiberlite.managers.server.Manager
 on a socket of its own at that address (:class:`AddressListener`), where a peer must
 prove it holds the manager's ``authkey`` (the wire's HMAC handshake, before anything is
 unpickled). Any process that knows the address and the key can then ``connect()``,
-whether or not it belongs to the run that started the server. :class:`KeyedRef` names
-the server there; :class:`Server` is what ``get_server()`` returns.
+whether or not it belongs to the run that started the server; a
+:class:`~fiberlite.managers.calls.ServerRef` names the server there. :class:`Server` is
+what ``get_server()`` returns.
 """
 from __future__ import annotations
 
 import threading
 from typing import Any, Mapping
 
-from ..runtime.hub import ObjectRef, connect, get_hub
-from ..wire.client import Client
+from ..runtime.hub import get_hub
 from ..wire.server import Request, Server as WireServer
 from .server import ManagerServer
 
-__all__ = ["AddressListener", "KeyedRef", "Server", "SERVER_OID", "check_address", "url_of"]
+__all__ = ["AddressListener", "Server", "SERVER_OID", "check_address", "url_of"]
 
 SERVER_OID = 1  # the one object an address listener serves: the manager server
 
@@ -43,25 +43,6 @@ def check_authkey(authkey: Any) -> bytes | None:
         return bytes(authkey)
     raise TypeError(f"authkey must be bytes, not {type(authkey).__name__} "
                     "(for example os.urandom(32) or b'my secret')")
-
-
-class KeyedRef(ObjectRef):
-    """A manager server listening at its own address with its own key (None: the run's).
-
-    Pickled, it carries the key, as a stdlib proxy handed to a child does: a job it is
-    sent to can reach the manager without being told the key."""
-
-    __slots__ = ("key",)
-
-    def __init__(self, address: str, oid: int, key: bytes | None = None) -> None:
-        super().__init__(address, oid)
-        self.key = key
-
-    def __reduce__(self):
-        return (KeyedRef, (self.address, self.oid, self.key))
-
-    def connection(self) -> Client:
-        return connect(self.address, self.key)
 
 
 class AddressListener:
@@ -100,10 +81,11 @@ class Server:
     """What ``BaseManager.get_server()`` returns: the manager served by this process."""
 
     def __init__(self, registry: Mapping[str, tuple], address: tuple[str, int],
-                 authkey: bytes | None) -> None:
-        self.servant = ManagerServer(registry)
+                 authkey: bytes | None, serializer: str = "pickle") -> None:
+        self.servant = ManagerServer(registry, serializer=serializer)
         self.listener = AddressListener(self.servant, address, authkey)
         self.address = self.listener.address
+        self._calls = self.servant.open_calls(address[0], authkey)
         self._stopping = threading.Lock()
         self._stopped = False
 
@@ -124,4 +106,6 @@ class Server:
             self._stopped = True
         self.servant.stop_requested.set()
         self.listener.close()
+        if self._calls is not None:
+            self._calls.close()
         self.servant.close()

@@ -3,13 +3,19 @@
 :func:`_serve` is the job's target: it registers a :class:`ManagerServer` with the job's
 hub and serves until the manager (:mod:`.manager`) says stop. The server holds the shared
 objects by id, counts the references jobs hold to them, and runs the calls of each
-calling thread on a thread of its own (:class:`_Worker`). Its replies to ``create`` and
-``invoke`` are ``("ok", value)``, ``("proxy", typeid, id, exposed, proxytype)`` for a new
-shared object, or an error payload that :mod:`.calls` raises in the caller.
+calling thread on a thread of its own: the thread of that caller's own connection
+(:mod:`.stream`, :meth:`ManagerServer.serve_call`), or, for calls that come through the
+hub (with ``tls``), a :class:`_Worker`. Its replies to ``create`` and ``invoke`` are
+``("ok", value)``, ``("proxy", typeid, id, exposed, proxytype, held)`` for a new shared
+object (``held``: already counted for the caller's job; else the caller's proxy adopts
+it), or ``("error", failure)`` (a :class:`~fiberlite.failure.Failure`), which
+:mod:`.calls` raises in the caller.
 
 Each server has a random identity, drawn when it is started, which the tokens of its
 objects carry: requests naming an object name the server too, so a proxy of a server
 gone before this one, at the same address, never reaches an object here.
+
+The job that serves it runs :func:`~fiberlite.managers.job.serve`.
 """
 from __future__ import annotations
 
@@ -18,13 +24,16 @@ import itertools
 import queue
 import secrets
 import threading
-import traceback
 from typing import Any, Callable, Mapping, Sequence
 
-from ..process import current_process
-from ..runtime.hub import Servant, get_hub
+from .. import config
+from ..runtime import identity
+from ..runtime.hub import Servant
 from ..wire.codec import Payload
-from .calls import NotExposedError, OtherServer
+from ..failure import Failure
+from . import serializers
+from .calls import OTHER_SERVER, NotExposedError, OtherServer, Parts, decode, encode_reply
+from .stream import CallListener
 
 __all__ = ["ManagerServer", "public_methods"]
 
@@ -75,8 +84,12 @@ class ManagerServer(Servant):
     unless given) is the identity that requests naming objects must carry.
     """
 
-    def __init__(self, registry: Mapping[str, tuple], ident: str | None = None) -> None:
+    def __init__(self, registry: Mapping[str, tuple], ident: str | None = None,
+                 serializer: str = "pickle") -> None:
         self.ident = ident or secrets.token_hex(8)
+        self.serializer = serializer  # how values travel (.serializers)
+        self.calls: Any = None  # where callers' own connections reach it (.stream), if anywhere
+        self.connections: Callable[[], int] = lambda: 0  # how many are served now
         self._registry = dict(registry)
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -102,14 +115,15 @@ class ManagerServer(Servant):
 
     # -- operations answered on the hub thread ------------------------------------------------
     def op_ident(self, request) -> None:
-        """The server's identity: a client connecting by address learns it here."""
-        request.reply(self.ident)
+        """The server's identity, where callers' own connections reach it and its
+        serializer: a client connecting by address learns them here."""
+        request.reply((self.ident, self.calls, self.serializer))
 
     def op_create(self, request, caller: int, typeid: str, payload: Payload) -> None:
-        self._submit(request, caller, self._guarded, self._create, typeid, payload)
+        self._submit(request, caller, self._packed, self._create, typeid, payload)
 
     def op_invoke(self, request, caller: int, oid: int, method: str, payload: Payload) -> None:
-        self._submit(request, caller, self._guarded, self._invoke, oid, method, payload)
+        self._submit(request, caller, self._packed, self._invoke, oid, method, payload)
 
     def op_incref(self, request, oid: int) -> None:
         """A proxy is being pickled: keep its object until the copy is unpickled."""
@@ -165,7 +179,7 @@ class ManagerServer(Servant):
         request.reply(len(self._objects))
 
     def op_threads(self, request) -> None:
-        request.reply(len(self._workers))
+        request.reply(len(self._workers) + self.connections())
 
     def peer_lost(self, peer: int) -> None:
         freed = []
@@ -179,6 +193,38 @@ class ManagerServer(Servant):
             worker.tasks.put(None)
         self._dispose(freed)
 
+    # -- calls on the callers' own connections (.stream) ----------------------------------------
+    def open_calls(self, host: str, key: bytes | None) -> CallListener | None:
+        """Let callers' threads reach this server on connections of their own at ``host``,
+        proving ``key`` (None: the run's); not with ``tls`` (they are not encrypted):
+        None then, and calls come through the hub."""
+        if config.get("tls"):
+            return None
+        listener = CallListener(self.serve_call, host, identity.key() if key is None else key,
+                                f"the manager {self.ident}")
+        self.calls = listener.address
+        self.connections = lambda: listener.connections
+        return listener
+
+    def serve_call(self, parts: Parts) -> Parts:
+        """A ``create`` or ``invoke`` sent on a calling thread's own connection, run on
+        that connection's thread: ``("create", ident, typeid, values)`` or ``("invoke",
+        ident, oid, method, values)`` (``values``: the arguments and keywords as the
+        serializer sends them), answered with the reply encoded
+        (:func:`~.calls.encode_reply`). New shared objects are in transit to the caller's job,
+        whose proxy adopts them."""
+        try:
+            op, ident, *args = decode(parts)
+            if ident != self.ident:
+                return encode_reply((OTHER_SERVER,))
+            reply = self._run(None, self._invoke if op == "invoke" else self._create, *args)
+        except BaseException as exc:  # (a request that cannot be unpickled here)
+            reply = ("error", Failure.of(exc))
+        try:
+            return encode_reply(reply)
+        except Exception as exc:  # a result that cannot be pickled
+            return encode_reply(("error", Failure.of(exc)))
+
     # -- bookkeeping ------------------------------------------------------------------------------
     def _submit(self, request, caller: int, fn: Callable, *args: Any) -> None:
         key = (request.peer, caller)
@@ -188,13 +234,19 @@ class ManagerServer(Servant):
                 worker = self._workers[key] = _Worker(f"fiberlite-manager-{key[0]}-{key[1]}")
         worker.tasks.put((request, fn, args))
 
-    def _store(self, obj: Any, typeid: str, exposed: Sequence[str] | None, peer: int) -> tuple:
+    def _store(self, obj: Any, typeid: str, exposed: Sequence[str] | None,
+               peer: int | None) -> tuple:
+        """Keep ``obj``, held by the job of hub peer ``peer`` (None: in transit to the
+        caller's job, which adopts it)."""
         exposed = tuple(exposed) if exposed is not None else public_methods(obj)
         with self._lock:
             oid = next(self._ids)
             self._objects[oid] = (obj, exposed, typeid)
             self._counts[oid] = 1
-            self._held.setdefault(peer, collections.Counter())[oid] += 1
+            if peer is None:
+                self._transit[oid] += 1
+            else:
+                self._held.setdefault(peer, collections.Counter())[oid] += 1
         return oid, exposed
 
     def _release(self, oid: int, n: int) -> list:
@@ -215,15 +267,25 @@ class ManagerServer(Servant):
             if typeid == "Pool" and hasattr(obj, "terminate"):
                 threading.Thread(target=obj.terminate, daemon=True).start()
 
-    # -- work done on the worker threads ---------------------------------------------------------
-    def _guarded(self, peer: int, fn: Callable, *args: Any) -> Payload:
+    # -- work done on the threads of callers ----------------------------------------------------
+    @staticmethod
+    def _run(peer: int | None, fn: Callable, *args: Any) -> tuple:
+        """``fn(peer, *args)``'s reply, or the error it raised as a reply."""
         try:
-            reply = fn(peer, *args)
-            return Payload.pack(reply)
+            return fn(peer, *args)
         except BaseException as exc:
-            return _error_payload(exc)
+            return ("error", Failure.of(exc))
 
-    def _create(self, peer: int, typeid: str, payload: Payload) -> tuple:
+    def _packed(self, peer: int, fn: Callable, *args: Any) -> Payload:
+        """:meth:`_run` for a call through the hub: its last argument is a Payload of
+        its values, its reply a Payload."""
+        *head, payload = args
+        try:
+            return Payload.pack(fn(peer, *head, payload.unpack()))
+        except BaseException as exc:
+            return Payload.pack(("error", Failure.of(exc)))
+
+    def _create(self, peer: int | None, typeid: str, values: Any) -> tuple:
         entry = self._registry.get(typeid)
         if entry is None:
             raise KeyError(f"no type {typeid!r} is registered with this manager")
@@ -231,33 +293,33 @@ class ManagerServer(Servant):
         if factory is None:
             raise TypeError(f"type {typeid!r} is registered without a callable: "
                             "it is only returned by methods of other shared objects")
-        args, kwds = payload.unpack()
+        args, kwds = serializers.loads(self.serializer, values)
         obj = factory(*args, **kwds)
         oid, exposed = self._store(obj, typeid, exposed, peer)
-        return ("proxy", typeid, oid, exposed, None)
+        return ("proxy", typeid, oid, exposed, None, peer is not None)
 
-    def _invoke(self, peer: int, oid: int, method: str, payload: Payload) -> tuple:
+    def _invoke(self, peer: int | None, oid: int, method: str, values: Any) -> tuple:
         entry = self._objects.get(oid)
         if entry is None:
             raise ReferenceError(f"shared object {oid} no longer exists in the manager "
                                  "(every proxy of it was released)")
         obj, exposed, typeid = entry
         if method == "#GETVALUE":
-            return ("ok", obj)
+            return ("ok", serializers.dumps(self.serializer, obj))
         if method not in exposed and method not in _ALWAYS:
             raise NotExposedError(f"method {method!r} of {type(obj).__name__!r} object is not "
                                   f"in exposed={exposed!r}")
-        args, kwds = payload.unpack()
+        args, kwds = serializers.loads(self.serializer, values)
         result = getattr(obj, method)(*args, **kwds)
         method_to_typeid = self._registry[typeid][2] if typeid in self._registry else None
         if method_to_typeid and method in method_to_typeid:
             rtypeid = method_to_typeid[method]
             _factory, rexposed, _m2t, proxytype = self._registry[rtypeid]
             roid, rexposed = self._store(result, rtypeid, rexposed, peer)
-            return ("proxy", rtypeid, roid, rexposed, proxytype)
+            return ("proxy", rtypeid, roid, rexposed, proxytype, peer is not None)
         if isinstance(result, _VIEWS):
             result = list(result)
-        return ("ok", result)
+        return ("ok", serializers.dumps(self.serializer, result))
 
     def close(self) -> None:
         """Stop the pools the server holds (their jobs are this job's children)."""
@@ -271,48 +333,3 @@ class ManagerServer(Servant):
                     obj.terminate()
                 except Exception:
                     pass
-
-
-def _error_payload(exc: BaseException) -> Payload:
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        packed = Payload.pack(exc)
-    except Exception:
-        packed = None
-    return Payload.pack(("error", packed, tb, type(exc).__qualname__, str(exc)))
-
-
-def _serve(registry: Mapping[str, tuple], control: Any, initializer: Callable | None,
-           initargs: tuple, address: tuple[str, int] | None = None,
-           authkey: bytes | None = None, ident: str | None = None) -> None:
-    """The manager job: serve the shared objects (as the server ``ident``) until the
-    manager says stop.
-
-    ``control`` is this job's end of a pipe served by the manager's process: the job
-    sends its server's reference on it (with ``address``: the address it listens at,
-    with ``authkey``), then waits on it for "stop" (or EOF).
-    """
-    from .remote import AddressListener
-    # The job is daemonic for its parent (terminated, not joined, at exit) but may start
-    # jobs of its own, as a Pool held by the manager does.
-    current_process()._daemonic = False
-    if initializer is not None:
-        initializer(*initargs)
-    server = ManagerServer(registry, ident)
-    listener = None
-    if address is None:
-        control.send(get_hub().register(server))
-    else:
-        try:
-            listener = AddressListener(server, address, authkey)
-        except OSError as exc:
-            control.send(exc)
-            return
-        control.send(listener.address)
-    try:
-        control.recv()
-    except EOFError:
-        pass
-    if listener is not None:
-        listener.close()
-    server.close()

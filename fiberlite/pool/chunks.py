@@ -10,8 +10,10 @@ chunks and describes them) and every worker job (:mod:`.worker`) share it:
   ``apply`` (:func:`pack_items`, :func:`pack_arguments`, which name what cannot be
   pickled); a batch of results is the list of their values (:func:`pack`,
   :func:`unpack`: bytes, or a Payload when there are out-of-band buffers);
-- an exception a task raised travels with its formatted traceback
-  (:func:`pack_failure`, :func:`unpack_failure`).
+- an exception a task raised travels as a :class:`~fiberlite.failure.Failure`
+  (:func:`pack_failure`, :func:`unpack_failure`);
+- a message carries at most :data:`MAX_BATCH` chunks and about :data:`MESSAGE_BYTES`
+  of arguments (the master's replies) or results (a worker's requests).
 """
 from __future__ import annotations
 
@@ -22,41 +24,24 @@ import weakref
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Sequence
 
-from ..errors import RemoteTraceback
-from ..wire.codec import (OUT_OF_BAND_MIN, PROTOCOL, Payload, dumps, dumps_bytes, name_unpicklable,
+from ..failure import Failure
+from ..wire.codec import (PROTOCOL, Payload, dumps_bytes, dumps_quick, name_unpicklable,
                           short_repr, unpicklable_error)
 
-_PLAIN = frozenset({int, float, str, bool, type(None), complex})  # and bytes, when small
+MAX_BATCH = 512  # chunks in one message between the master and a worker, at most
+MESSAGE_BYTES = 4 << 20  # pickled arguments or results in one message, about (at least one chunk)
 
 
 # -- items and results ------------------------------------------------------------------------
 def pack(obj: Any) -> Any:
     """Pickle ``obj`` for a worker: bytes, or a Payload when it has out-of-band buffers
     (numpy arrays, large ``bytes``: see :func:`fiberlite.wire.codec.dumps`)."""
-    kind = type(obj)
-    if kind is range:  # a short list of ints pickles several times faster than a range
+    if type(obj) is range:  # a short list of ints pickles several times faster than a range
         return pickle.dumps(list(obj) if len(obj) <= 16 else obj, PROTOCOL)
-    if kind in (list, tuple) and len(obj) <= 16 and all(_plain(x) for x in obj):
-        return pickle.dumps(obj, PROTOCOL)  # nothing cloudpickle would treat differently
-    data, buffers = dumps(obj)
+    data, buffers = dumps_quick(obj)  # a short list of plain items: nothing cloudpickle would change
     if not buffers:
         return data
     return Payload(data, buffers)
-
-
-def _atom(obj: Any) -> bool:
-    kind = type(obj)
-    return kind in _PLAIN or (kind is bytes and len(obj) < OUT_OF_BAND_MIN)
-
-
-def _plain(obj: Any) -> bool:
-    """An atom, or a short tuple or list of atoms (a chunk's results are lists)."""
-    if _atom(obj):
-        return True
-    kind = type(obj)
-    if (kind is tuple or kind is list) and len(obj) <= 8:
-        return all(_atom(x) for x in obj)
-    return False
 
 
 def unpack(data: Any) -> Any:
@@ -77,29 +62,18 @@ def encoding_error(reason: str, value: str) -> MaybeEncodingError:
 
 
 def pack_failure(exc: BaseException, tb: str) -> bytes:
-    """An exception raised by a task, with its formatted traceback."""
-    try:
-        return dumps_bytes((exc, tb))
-    except Exception as error:
-        substitute = encoding_error(repr(error), short_repr(exc))
-        return dumps_bytes((substitute, tb))
+    """An exception raised by a task, with its formatted traceback (:class:`Failure`)."""
+    return pickle.dumps(Failure.of(exc, tb), PROTOCOL)
 
 
 def unpack_failure(data: bytes) -> BaseException:
-    """The exception :func:`pack_failure` packed, its traceback attached as its cause."""
+    """The exception :func:`pack_failure` packed, its traceback attached as its cause; one
+    that could not travel is a ``MaybeEncodingError`` saying why."""
     try:
-        exc, tb = unpack(data)
+        failure = pickle.loads(data)
     except Exception as error:
         return encoding_error(repr(error), "an exception raised by the task")
-    if isinstance(exc, BaseException):
-        return rebuild_failure(exc, tb)
-    return encoding_error("not an exception", short_repr(exc))
-
-
-def rebuild_failure(exc: BaseException, tb: str) -> BaseException:
-    """Attach a worker's formatted traceback to ``exc`` as its cause (as multiprocessing does)."""
-    exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
-    return exc
+    return failure.rebuild(lambda f: encoding_error(f.why or "not an exception", f.shown))
 
 
 # -- the master's side: calls, arguments and items, pickled once ------------------------------

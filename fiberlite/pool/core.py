@@ -5,7 +5,7 @@ user's facade, in :mod:`.pool`); the servant that hands out chunks is its
 :class:`~fiberlite.pool.dispatch.Dispatcher`. Threads in the master: the hub's
 (dispatch), a supervisor (waits on the workers' sentinels, starts replacements), a
 result thread (unpickles results, runs callbacks), and one feeder per ``imap`` call
-(:func:`feed`).
+(:mod:`.feeding`).
 """
 from __future__ import annotations
 
@@ -23,11 +23,12 @@ from ..errors import BrokenPoolError, ProcessError
 from ..runtime import exit_order
 from ..runtime.hub import get_hub
 from ..runtime.limits import check_room
-from .chunks import encoding_error, pack_items, unpack, unpack_failure
-from .dispatch import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE, Dispatcher
+from .chunks import encoding_error, unpack, unpack_failure
+from .dispatch import Dispatcher
+from .records import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE
 from .host import host_main
-from .packing import DESCRIPTORS_PER_JOB, HostedWorker, workers_per_job
-from .relay import HostRelay
+from .packing import DESCRIPTORS_PER_JOB, workers_per_job
+from .relay import HostedWorker, HostRelay
 from .results import IMapIterator
 from .upstream import HubUpstream
 from .worker import worker_main
@@ -205,7 +206,7 @@ class Core:
         """The workers' processes; a worker forked in a host as its pid."""
         if self.relay is None:
             return list(self.procs.values())
-        return [HostedWorker(pid) for pid in self.relay.pids(timeout=PIDS_TIMEOUT)]
+        return [HostedWorker(pid, self.relay) for pid in self.relay.pids(timeout=PIDS_TIMEOUT)]
 
     def _round(self) -> int:
         """Workers whose jobs are created in one round: ``START_CONCURRENCY`` jobs."""
@@ -303,12 +304,8 @@ class Core:
                 if wid is None:
                     continue
                 process = self.procs.pop(wid)
-                process.join()
-                code = process.exitcode
-                try:
-                    process.close()
-                except Exception:
-                    pass
+                process.join()  # not closed: Pool._pool may have handed it out (its
+                code = process.exitcode  # sentinel is released when it is collected)
                 if self.relay is None:
                     dispatcher.worker_exited(wid, code)
                 else:
@@ -374,7 +371,6 @@ class Core:
                 if process.exitcode is None:
                     process.kill()
                     process.join()
-                process.close()
             except Exception:
                 pass
         self.procs.clear()
@@ -402,47 +398,6 @@ class Core:
             except OSError:
                 pass
         self._wake_r = self._wake_w = -1
-
-
-def feed(core: Core, group: Any, sink: IMapIterator, source: Any, chunksize: int,
-         method: str) -> None:
-    """Read an imap's input as its consumer makes room, and submit it chunk by chunk."""
-    dispatcher = core.dispatcher
-    start = 0
-    try:
-        exhausted = False
-        while not exhausted:
-            allowed = sink._reserve(chunksize, core)
-            if not allowed:
-                return  # the pool was terminated
-            chunks = []
-            for _ in range(allowed):
-                try:
-                    items = list(itertools.islice(source, chunksize))
-                except Exception as exc:  # the input raised: that is the result at this position
-                    sink._set(start, 1, False, exc)
-                    start += 1
-                    exhausted = True
-                    break
-                if not items:
-                    exhausted = True
-                    break
-                try:
-                    data = pack_items(items, start, method)
-                except Exception as exc:
-                    sink._set(start, len(items), False, exc)
-                else:
-                    chunks.append(dispatcher.make_chunk(group, start, len(items), data))
-                start += len(items)
-                if len(items) < chunksize:
-                    exhausted = True
-                    break
-            if chunks:
-                dispatcher.submit(group, chunks, seal=False)
-        dispatcher.seal(group)
-        sink._set_length(start)
-    except BaseException as exc:  # the pool stopped under us
-        sink._abort(exc)
 
 
 def _terminate_all() -> None:

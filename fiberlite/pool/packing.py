@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import NamedTuple
 
 from .. import config
 from ..runtime.limits import RESERVED, open_file_limit, raise_open_file_limit
@@ -32,9 +31,3 @@ def workers_per_job(processes: int, process_type: type) -> int:
         else:
             wanted = int(config.get("cpu") or 1)
     return max(1, min(wanted, processes))
-
-
-class HostedWorker(NamedTuple):
-    """A worker forked in a host, as ``Pool._pool`` shows it."""
-
-    pid: int

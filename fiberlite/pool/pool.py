@@ -62,9 +62,10 @@ from .. import observe
 from ..errors import BrokenPoolError, WorkerLostError
 from ..process import Process
 from ..wire.codec import short_repr
-from .chunks import pack_arguments, pack_call, pack_items
-from .core import Core, feed
-from .dispatch import BROKEN, CLOSE, RUN, TERMINATE
+from .chunks import pack_arguments, pack_call
+from .core import Core
+from .records import BROKEN, CLOSE, RUN, TERMINATE
+from .feeding import SLICEABLE, doubling, feed
 from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
                       MapResult)
 
@@ -121,6 +122,13 @@ class Pool:
         forked in a host are shown by their pid."""
         core = self._core
         return core.worker_processes() if core is not None else []
+
+    @property
+    def _cache(self) -> dict:
+        """The results still waiting for some of their values, by job number, as in
+        ``multiprocessing`` (empty when no task is outstanding)."""
+        core = self._core
+        return core.results if core is not None else {}
 
     def _repopulate_pool(self) -> None:
         """Replacements start on their own; this only nudges the supervisor."""
@@ -211,7 +219,7 @@ class Pool:
                    method: str, callback: Callable | None = None,
                    error_callback: Callable | None = None) -> MapResult:
         core = self._check_running()
-        if not isinstance(iterable, (list, tuple, range)):  # sliceable, and its length is exact
+        if type(iterable) not in SLICEABLE:
             iterable = list(iterable)
         length = len(iterable)
         if chunksize is None:
@@ -224,33 +232,20 @@ class Pool:
             return MapResult(core, 0, callback, error_callback)
         payload = pack_call(kind, func, method)
         sink = MapResult(core, length, callback, error_callback)
-        dispatcher = core.dispatcher
-        group = dispatcher.new_group(kind, payload, _name(func), sink)
-        chunks: list = []
-        batch = 1  # chunks are queued as they are pickled, 1, 2, 4... at a time: workers
-        #            start on the first ones while the others are pickled
-        submitted = False
+        group = core.dispatcher.new_group(kind, payload, _name(func), sink)
+        self._submit(core, sink, group, [], seal=False)
         try:
-            for start in range(0, length, chunksize):
-                items = iterable[start:start + chunksize]  # a range slice is a range
-                data = pack_items(items, start, method)
-                chunks.append(dispatcher.make_chunk(group, start, len(items), data))
-                if len(chunks) >= batch and start + chunksize < length:
-                    self._submit(core, sink, group, chunks, seal=False, new=not submitted)
-                    submitted, chunks, batch = True, [], 2 * batch
+            feed(core.dispatcher, group, iterable, chunksize, method, doubling())
         except BaseException:
             core.forget_result(sink._job)  # the caller gets the error; nobody waits for the sink
-            if submitted:
-                dispatcher.seal(group)  # the chunks already queued run, their results are dropped
+            core.dispatcher.seal(group)  # the chunks already queued run, their results are dropped
             raise
-        self._submit(core, sink, group, chunks, new=not submitted)
         return sink
 
     @staticmethod
-    def _submit(core: Core, sink: Any, group: Any, chunks: list, seal: bool = True,
-                new: bool = True) -> None:
+    def _submit(core: Core, sink: Any, group: Any, chunks: list, seal: bool = True) -> None:
         try:
-            core.dispatcher.submit(group, chunks, seal=seal, new=new)
+            core.dispatcher.submit(group, chunks, seal=seal, new=True)
         except BaseException:
             core.forget_result(sink._job)
             raise
@@ -274,7 +269,7 @@ class Pool:
         sink = cls(core, window)
         group = core.dispatcher.new_group("map", payload, _name(func), sink)
         self._submit(core, sink, group, [], seal=False)
-        threading.Thread(target=feed, args=(core, group, sink, iter(iterable), chunksize, method),
+        threading.Thread(target=_feed_imap, args=(core, group, sink, iterable, chunksize, method),
                          name="fiberlite-pool-feeder", daemon=True).start()
         return sink
 
@@ -298,3 +293,17 @@ class Pool:
             raise ValueError("Pool is still running")
         if self._core is not None:
             self._core.join()
+
+
+def _feed_imap(core: Core, group: Any, sink: IMapIterator, source: Iterable, chunksize: int,
+               method: str) -> None:
+    """An imap's feeder thread: its input is read as its consumer makes room."""
+    def failed(start: int, count: int, exc: Exception) -> None:
+        sink._set(start, count, False, exc)
+    try:
+        length = feed(core.dispatcher, group, source, chunksize, method,
+                      lambda: sink._reserve(chunksize, core), failed)
+        if length is not None:
+            sink._set_length(length)
+    except BaseException as exc:  # the pool stopped under us
+        sink._abort(exc)

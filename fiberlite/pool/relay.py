@@ -56,6 +56,23 @@ class HostedRequest:
             self.relay.answer(self.host, ("reply", self.wid, self.seq, False, exc))
 
 
+class HostedWorker:
+    """A worker forked in a host, as ``Pool._pool`` shows it: its ``pid``, and
+    ``is_alive()`` while its host runs it."""
+
+    __slots__ = ("pid", "_relay")
+
+    def __init__(self, pid: int, relay: "HostRelay") -> None:
+        self.pid = pid
+        self._relay = relay
+
+    def is_alive(self) -> bool:
+        return self._relay.runs(self.pid)
+
+    def __repr__(self) -> str:
+        return f"<HostedWorker pid={self.pid}{'' if self.is_alive() else ' ended'}>"
+
+
 class HostRelay(Servant):
     """Serves the hosts of one pool, in front of its dispatcher."""
 
@@ -96,6 +113,11 @@ class HostRelay(Servant):
                 timeout)
             return [pid for host in self.hosts.values() for pid in host.workers.values()
                     if pid is not None]
+
+    def runs(self, pid: int) -> bool:
+        """Whether a live host runs a worker of pid ``pid``."""
+        with self._lock:
+            return any(pid in host.workers.values() for host in self.hosts.values())
 
     def pids_by_host(self) -> dict[int, list[int]]:
         """The known pids of each live host's workers, by host id (for the dashboard)."""

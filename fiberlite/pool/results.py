@@ -9,6 +9,7 @@ after a worker died, or out of order, still lands exactly once and in order.
 from __future__ import annotations
 
 import collections
+import itertools
 import sys
 import threading
 import traceback
@@ -22,7 +23,8 @@ __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnord
 
 
 class _Sink:
-    """Shared plumbing of result objects: completion event, callbacks, the pool's cache."""
+    """Shared plumbing of result objects: completion event, callbacks, the pool's cache
+    (``Pool._cache``: the results still waiting for some of theirs, by job number)."""
 
     def __init__(self, core: Any, callback: Callable | None, error_callback: Callable | None) -> None:
         self._core = core
@@ -45,9 +47,9 @@ class _Sink:
             sys.stderr.write("fiberlite: exception in a Pool result callback:\n")
             traceback.print_exc()
         finally:
-            self._event.set()
-            if core is not None:
+            if core is not None:  # out of the pool's cache before anyone sees it ready
                 core.forget_result(self._job)
+            self._event.set()
 
     def _abort(self, error: BaseException) -> None:
         """Fail whatever is still missing (the pool was terminated or broke)."""
@@ -171,37 +173,37 @@ class IMapIterator(_Sink):
         self._init_store()
 
     # -- store, in order ------------------------------------------------------------------
+    # A chunk counts as handed out (``_index``) when its first value is; the rest of its
+    # values are then in ``_current``, which only the consumer reads, without the lock.
     def _init_store(self) -> None:
         self._chunks: dict[int, tuple[int, bool, Any]] = {}
-        self._index = 0  # position of the next item to hand out
-        self._current: Iterator | None = None  # values of the chunk being handed out
+        self._index = 0  # position after the last chunk handed out (or skipped)
+        self._current: Iterator | None = None  # the other values of the chunk handed out
 
     def _put(self, start: int, count: int, ok: bool, value: Any) -> None:
         self._chunks[start] = (count, ok, value)
 
-    def _from_current(self) -> tuple[bool, Any] | None:
-        """The next value of the chunk being handed out, if any is left."""
-        if self._current is not None:
-            for item in self._current:
-                self._index += 1
-                return True, item
-            self._current = None
-        return None
+    def _next_chunk(self) -> tuple[int, bool, Any] | None:
+        return self._chunks.pop(self._index, None)
 
     def _pop(self) -> tuple[bool, Any] | None:
-        """The next (ok, value) to hand out, or None if it is not here yet."""
-        while True:
-            item = self._from_current()
-            if item is not None:
-                return item
-            entry = self._chunks.pop(self._index, None)
-            if entry is None:
-                return None
-            count, ok, value = entry
-            if not ok:
-                self._index += count
-                return False, value
-            self._current = iter(value)
+        """(lock held) The next (ok, value) to hand out, or None if it is not here yet."""
+        current = self._current
+        if current is not None:
+            for value in current:
+                return True, value
+            self._current = None
+        entry = self._next_chunk()
+        if entry is None:
+            return None
+        count, ok, value = entry
+        self._index += count
+        if not ok:
+            return False, value
+        rest = iter(value)
+        first = next(rest)
+        self._current = rest
+        return True, first
 
     # -- the sink side ----------------------------------------------------------------------
     def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
@@ -211,14 +213,20 @@ class IMapIterator(_Sink):
             self._put(start, count, ok, value)
             self._received += count
             self._cond.notify_all()
+            complete = self._length is not None and self._received >= self._length
+        if complete:
+            self._uncache()
 
     def _set_length(self, length: int) -> None:
         with self._cond:
             self._length = length
             self._cond.notify_all()
             done = self._index >= length
+            complete = self._received >= length
         if done:
             self._close()
+        elif complete:
+            self._uncache()
 
     def _abort(self, error: BaseException) -> None:
         with self._cond:
@@ -232,8 +240,13 @@ class IMapIterator(_Sink):
         return self._received
 
     def _close(self) -> None:
-        core, self._core = self._core, None
+        self._uncache()
+        self._core = None
         self._event.set()
+
+    def _uncache(self) -> None:
+        """Every result is in: out of the pool's cache (they may not all be consumed)."""
+        core = self._core
         if core is not None:
             core.forget_result(self._job)
 
@@ -267,18 +280,35 @@ class IMapIterator(_Sink):
             self._cond.notify_all()
 
     # -- the caller side ---------------------------------------------------------------------
-    def __iter__(self) -> "IMapIterator":
-        return self
+    def __iter__(self) -> Iterator:
+        """The results from here on; the values of a chunk come without a call each."""
+        return itertools.chain.from_iterable(self._runs())
+
+    def _runs(self) -> Iterator:
+        """The results from here on, as runs: the rest of a chunk, or one value."""
+        while True:
+            current = self._current
+            if current is not None:
+                yield current
+            try:
+                value = self.next()
+            except StopIteration:
+                return
+            yield (value,)
 
     def next(self, timeout: float | None = None) -> Any:
         """The next result; ``TimeoutError`` if none arrives within ``timeout`` seconds."""
+        current = self._current
+        if current is not None:  # the rest of a chunk: no lock (only consumers touch it)
+            for value in current:
+                return value
         with self._cond:
             while True:
                 entry = self._pop()
                 if entry is not None:
                     break
                 if self._length is not None and self._index >= self._length:
-                    raise StopIteration from None
+                    break  # the end
                 if not self._success:  # terminated or broken
                     raise self._value
                 if not self._cond.wait(timeout):
@@ -288,7 +318,9 @@ class IMapIterator(_Sink):
                 self._cond.notify_all()  # room for the feeder
             done = self._length is not None and self._index >= self._length
         if done:
-            self._close()
+            self._close()  # (out of the pool's cache before the caller sees the end)
+        if entry is None:
+            raise StopIteration
         ok, value = entry
         if ok:
             return value
@@ -302,21 +334,11 @@ class IMapUnorderedIterator(IMapIterator):
 
     def _init_store(self) -> None:
         self._done: collections.deque = collections.deque()
-        self._index = 0  # items handed out (or skipped by a failed chunk)
+        self._index = 0  # items of the chunks handed out (or skipped by a failed chunk)
         self._current = None
 
     def _put(self, start: int, count: int, ok: bool, value: Any) -> None:
         self._done.append((count, ok, value))
 
-    def _pop(self) -> tuple[bool, Any] | None:
-        while True:
-            item = self._from_current()
-            if item is not None:
-                return item
-            if not self._done:
-                return None
-            count, ok, value = self._done.popleft()
-            if not ok:
-                self._index += count
-                return False, value
-            self._current = iter(value)
+    def _next_chunk(self) -> tuple[int, bool, Any] | None:
+        return self._done.popleft() if self._done else None

@@ -21,15 +21,13 @@ from typing import Any
 
 from ..errors import ConnectionLost
 from ..wire.codec import dumps_bytes, short_repr
-from .chunks import encoding_error, pack, pack_failure, unpack
+from .chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failure, unpack
 
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
 WATCH_PERIOD = 0.5  # while tasks keep finishing, the watchdog looks at most this often
 RESULT_DELAY = 0.02  # results wait at most about this long to share a message
-MAX_BATCH = 512
-MESSAGE_BYTES = 4 << 20  # results of about this size per message at most
 LOADED_FUNCTIONS = 64  # unpickled functions kept for reuse by later calls
 
 

@@ -9,12 +9,10 @@ cannot unpack the same way. ``RingTimeoutError`` is raised on the member side
 from __future__ import annotations
 
 import builtins
-import traceback
-from typing import Any
 
 from ..errors import RingError
 from ..errors import TimeoutError as _MPTimeoutError
-from ..wire.codec import Payload
+from ..failure import Failure
 
 
 class RingTimeoutError(_MPTimeoutError, builtins.TimeoutError):
@@ -23,17 +21,10 @@ class RingTimeoutError(_MPTimeoutError, builtins.TimeoutError):
 
 
 def describe_failure(exc: BaseException, rank: int) -> dict:
-    """What the parent learns of ``exc``, which ended ``rank``'s target: its type,
-    message and traceback, the rank whose failure caused it (``culprit``) and the
-    exception itself when it pickles."""
-    info: dict[str, Any] = {
-        "type": type(exc).__name__, "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "culprit": None, "exception": None}
+    """What the parent learns of ``exc``, which ended ``rank``'s target: the exception as
+    it travels (``failure``, a :class:`~fiberlite.failure.Failure`) and the rank whose
+    failure caused it (``culprit``; None: this one's own)."""
+    culprit = None
     if isinstance(exc, RingError) and exc.rank is not None and exc.rank != rank:
-        info["culprit"] = exc.rank  # failed because another rank did
-    try:
-        info["exception"] = Payload.pack(exc)
-    except Exception:
-        pass
-    return info
+        culprit = exc.rank  # failed because another rank did
+    return {"failure": Failure.of(exc), "culprit": culprit}

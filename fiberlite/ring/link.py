@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..errors import AuthenticationError
 from ..wire import auth
 from ..wire.binding import bind_host
 from ..wire.gate import Check, Gate
@@ -51,9 +52,6 @@ BACKLOG = 16
 HANDSHAKES_AT_ONCE = 16    # connections checked at the same time (see _accept)
 _IDENT = struct.Struct("<8sqq")   # magic, rank of the dialer, world size
 _IDENT_MAGIC = b"FLlink01"
-_CHALLENGE_SIZE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
-_PROOF_SIZE = len(auth.PROOF) + auth.DIGEST_SIZE
-_HELLO_SIZE = len(auth.HELLO) + auth.NONCE_SIZE
 
 
 class NeighbourLinkLost(ConnectionError):
@@ -78,18 +76,6 @@ def _remaining(deadline: float | None) -> float | None:
     if left <= 0:
         raise TimeoutError
     return left
-
-
-def _read_exact(sock: socket.socket, size: int) -> bytes:
-    data = bytearray(size)
-    view = memoryview(data)
-    done = 0
-    while done < size:
-        n = sock.recv_into(view[done:], size - done)
-        if not n:
-            raise ConnectionError("the connection ended")
-        done += n
-    return bytes(data)
 
 
 def _tune(sock: socket.socket, option: int, same_host: bool) -> None:
@@ -310,15 +296,12 @@ class NeighbourLink:
                                   f"{address}: {exc}") from None
         shake = time.monotonic() + HANDSHAKE_SECONDS
         try:
-            sock.settimeout(_remaining(shake if deadline is None else min(deadline, shake)))
-            nonce = auth.new_nonce()
-            sock.sendall(auth.hello(nonce))
-            server_nonce = auth.check_challenge(key, _read_exact(sock, _CHALLENGE_SIZE), nonce)
-            if server_nonce is None:
-                raise ConnectionError(f"rank {self.right} at {address} did not prove it holds the run's key")
-            sock.sendall(auth.proof(key, nonce, server_nonce))
-            if _read_exact(sock, len(auth.WELCOME)) != auth.WELCOME:
-                raise ConnectionError(f"rank {self.right} at {address} rejected this member's key")
+            until = shake if deadline is None else min(deadline, shake)
+            try:
+                auth.prove_on(sock, key, f"rank {self.right} at {address}", until)
+            except AuthenticationError as exc:
+                raise ConnectionError(str(exc)) from None
+            sock.settimeout(_remaining(until))
             sock.sendall(_IDENT.pack(_IDENT_MAGIC, rank, world_size))
             sock.settimeout(None)
             _tune(sock, socket.SO_SNDBUF, same_host)
@@ -403,17 +386,13 @@ class NeighbourLink:
                       started: Callable[[], None]) -> str | None:
         """Run the server side of the handshake; None when the peer is the left neighbour."""
         try:
-            sock.settimeout(HANDSHAKE_SECONDS)
-            client_nonce = auth.parse_hello(_read_exact(sock, _HELLO_SIZE))
-            if client_nonce is None:
-                return "did not start the handshake"
-            started()
-            server_nonce = auth.new_nonce()
-            sock.sendall(auth.challenge(key, client_nonce, server_nonce))
-            if not auth.check_proof(key, _read_exact(sock, _PROOF_SIZE), client_nonce, server_nonce):
-                return "does not hold the run's key"
-            sock.sendall(auth.WELCOME)
-            magic, rank, size = _IDENT.unpack(_read_exact(sock, _IDENT.size))
+            until = time.monotonic() + HANDSHAKE_SECONDS
+            if not auth.check_on(sock, key, until, started):
+                return "did not prove it holds the run's key"
+            ident = auth.read_exact(sock, _IDENT.size, until)
+            if len(ident) < _IDENT.size:
+                return "ended before naming its rank"
+            magic, rank, size = _IDENT.unpack(ident)
         except OSError as exc:
             return f"failed the handshake ({exc or type(exc).__name__})"
         if magic != _IDENT_MAGIC or rank != self.left or size != world_size:

@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable
 
 from .. import observe
-from ..errors import RemoteTraceback, RingError
+from ..errors import RingError
 from ..process import Process
 from ..runtime.hub import ObjectRef, Servant, get_hub
 from .errors import describe_failure
@@ -264,9 +264,11 @@ class Ring:
             culprit = info.get("culprit")
             if culprit is not None:
                 # it stopped because of another rank: pass that rank's story on
-                self._abort(RingError(info["message"], culprit))
+                self._abort(RingError(info["failure"].message, culprit))
             else:
-                self._abort(RingError(f"rank {rank} failed: {info['type']}: {info['message']}", rank))
+                failure = info["failure"]
+                self._abort(RingError(f"rank {rank} failed: {failure.type_name}: {failure.message}",
+                                      rank))
 
     def _on_lost(self, rank: int) -> None:
         with self._lock:
@@ -376,26 +378,16 @@ class Ring:
         if info is None:
             message = f"{self.name} rank {first} died (exit code {_code_name(code)})"
         else:
-            message = (f"{self.name} rank {first} failed with {info['type']}: {info['message']} "
-                       f"(exit code {_code_name(code)})")
+            failure = info["failure"]
+            message = (f"{self.name} rank {first} failed with {failure.type_name}: "
+                       f"{failure.message} (exit code {_code_name(code)})")
         others = [r for r in failed if r != first]
         if others:
             message += (f"; rank{'s' if len(others) > 1 else ''} "
                         f"{', '.join(map(str, others))} stopped because of it")
         error = RingError(message, first, code)
-        if info is not None:
-            cause = None
-            if info.get("exception") is not None:
-                try:
-                    cause = info["exception"].unpack()
-                except Exception:
-                    cause = None
-            remote = RemoteTraceback(f"\n\"\"\"\n{info['traceback']}\"\"\"")
-            if isinstance(cause, BaseException):
-                cause.__cause__ = remote
-                error.__cause__ = cause
-            else:
-                error.__cause__ = remote
+        if info is not None:  # the exception with its remote traceback, or that traceback alone
+            error.__cause__ = info["failure"].rebuild()
         return error
 
 

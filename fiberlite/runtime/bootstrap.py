@@ -37,6 +37,10 @@ def _prepare(prep: dict) -> None:
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
     sys.modules["__main__"] = main
+    # ... and globals of theirs that could not be pickled are made by the script, run here
+    from ..wire import main_globals
+    from . import main_script
+    main_globals.set_loader(main_script.load)
 
 
 def _watch_parent(client, address: str, timeout: float, lost: threading.Event) -> None:

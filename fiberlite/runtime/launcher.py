@@ -204,6 +204,7 @@ class Launch:
             if fd is None:
                 fd = self._watcher_fd()
             self._sentinel = fd
+            self._release = weakref.finalize(self, _close_fd, fd)  # close() or collected
         return self._sentinel
 
     def _watcher_fd(self) -> int:
@@ -223,8 +224,12 @@ class Launch:
 
     def close(self) -> None:
         if self._sentinel is not None:
-            try:
-                os.close(self._sentinel)
-            except OSError:
-                pass
+            self._release()
             self._sentinel = None
+
+
+def _close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass

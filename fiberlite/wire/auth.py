@@ -107,12 +107,16 @@ def prove_on(sock: socket.socket, key: bytes, peer: str, deadline: float) -> Non
     prove(key, sock.sendall, lambda: read_exact(sock, next(steps), deadline), peer)
 
 
-def check_on(sock: socket.socket, key: bytes, deadline: float) -> bool:
-    """The listening side on an accepted socket: whether the peer proved ``key``."""
+def check_on(sock: socket.socket, key: bytes, deadline: float,
+             started: Callable[[], None] | None = None) -> bool:
+    """The listening side on an accepted socket: whether the peer proved ``key``
+    (``started()`` is called once it has sent a well-formed first step)."""
     try:
         client_nonce = parse_hello(read_exact(sock, HELLO_SIZE, deadline))
         if client_nonce is None:
             return False
+        if started is not None:
+            started()
         server_nonce = new_nonce()
         sock.sendall(challenge(key, client_nonce, server_nonce))
         if not check_proof(key, read_exact(sock, PROOF_SIZE, deadline), client_nonce, server_nonce):

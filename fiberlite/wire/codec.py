@@ -3,23 +3,22 @@
 A frame is ``u32 n`` + ``n`` x ``u64`` buffer lengths + the pickle + the buffers, so
 large ``bytes`` and numpy arrays travel without being copied into the pickle stream.
 Envelopes (protocol messages) use the C pickler; user objects are wrapped in a
-:class:`Payload`, pickled with cloudpickle by the sender (:func:`dumps`: large
-``bytes`` and ``bytearray`` out of band too) and opaque to every hop in between.
-When an object cannot be pickled, :func:`name_unpicklable` finds the part to name in
-the error (:func:`unpicklable_error`).
+:class:`Payload`, pickled with cloudpickle by the sender (:func:`~.pickling.dumps`:
+large ``bytes`` and ``bytearray`` out of band too) and opaque to every hop in between.
 """
 from __future__ import annotations
 
-import io
 import pickle
 import struct
-import types
-from collections import ChainMap
-from typing import Any, Iterable
+from typing import Any
 
-import cloudpickle
 from pynng import Message
 from pynng._nng import ffi, lib
+
+# what pickles user objects, re-exported: the modules that frame them import it from here
+from .pickling import (OUT_OF_BAND_MIN, PROTOCOL, Pickler, dumps, dumps_bytes,  # noqa: F401
+                       dumps_quick, loads, name_unpicklable, plain, register_reducer, short_repr,
+                       unpicklable_error)
 
 _COUNT = struct.Struct("<I")
 # high bits of the frame's buffer count: what the sender wants from the server
@@ -32,9 +31,7 @@ _INLINE_HEAD = struct.Struct("<IBBB")  # envelope length, payload's place (2 ind
 _TOP = 255  # second index of a payload that is an item of the envelope itself
 INLINE_MAX = 64 * 1024
 _LENGTH = struct.Struct("<Q")
-PROTOCOL = 5
 _PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
-OUT_OF_BAND_MIN = 64 * 1024  # smaller payloads are cheaper to copy into the pickle
 _new_object = object.__new__
 _pickle_dumps = pickle.dumps
 
@@ -104,181 +101,6 @@ class Payload:
             return (_rebuild_raw, (pickle.PickleBuffer(self.data),))
         return (_rebuild, (pickle.PickleBuffer(self.data),
                            *[pickle.PickleBuffer(b) for b in self.buffers]))
-
-
-_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table[types.CodeType]
-_ANONYMOUS_FILE = "<dynamic-code>"
-
-
-def _reduce_code(code: types.CodeType) -> tuple:
-    """cloudpickle's reduction of a code object, keeping the code's file name.
-
-    cloudpickle 3.1.3 and later write ``<dynamic-code>`` in its place, so a job's
-    traceback would name no file and show no source line of the user's script."""
-    rebuild, args = _CLOUDPICKLE_CODE_REDUCE(code)
-    if code.co_filename != _ANONYMOUS_FILE and _ANONYMOUS_FILE in args:
-        args = list(args)
-        args[args.index(_ANONYMOUS_FILE)] = code.co_filename  # the first str field
-        args = tuple(args)
-    return rebuild, args
-
-
-class Pickler(cloudpickle.Pickler):
-    """cloudpickle's Pickler (functions and classes of ``__main__`` by value) whose
-    functions keep the name of the file they were defined in."""
-
-    # one level: a miss in a nested ChainMap costs another Python-level lookup
-    dispatch_table = ChainMap({types.CodeType: _reduce_code}, *cloudpickle.Pickler.dispatch_table.maps)
-
-
-def register_reducer(kind: type, reduce: Any) -> None:
-    """Pickle instances of ``kind`` with ``reduce(obj)`` (a reduce tuple), in every
-    :class:`Pickler` of this process."""
-    Pickler.dispatch_table.maps[0][kind] = reduce
-
-
-def dumps_bytes(obj: Any) -> bytes:
-    """Pickle ``obj`` in band with :class:`Pickler` (as ``cloudpickle.dumps``)."""
-    file = io.BytesIO()
-    Pickler(file, protocol=PROTOCOL).dump(obj)
-    return file.getvalue()
-
-
-def short_repr(obj: Any, limit: int = 200) -> str:
-    """``repr(obj)`` cut to ``limit`` characters, for an error message (never raises)."""
-    try:
-        text = repr(obj)
-    except Exception:
-        text = f"<{type(obj).__name__} object>"
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def name_unpicklable(parts: Iterable[tuple[str, Any]]) -> str | None:
-    """``"<label> <repr>"`` of the first of ``(label, value)`` ``parts`` whose value
-    cannot be pickled (as :func:`dumps_bytes` pickles it), or None if every one can:
-    what an error message names when a whole (a Process, a call's arguments) cannot."""
-    for label, value in parts:
-        try:
-            dumps_bytes(value)
-        except Exception:
-            return f"{label} {short_repr(value)}"
-    return None
-
-
-def unpicklable_error(exc: Exception, message: str) -> Exception:
-    """The error to raise instead of ``exc``, which pickling raised: of ``exc``'s type
-    when it takes a message (else ``TypeError``), saying ``message``."""
-    try:
-        return type(exc)(message)
-    except Exception:
-        return TypeError(message)
-
-
-class _InBand(Exception):
-    """The fast pass met a large ``bytes`` or ``bytearray``: pickle again with :class:`_Pickler`."""
-
-
-_HEADERS = ((b"B", struct.Struct("<I")), (b"\x8e", _LENGTH))  # BINBYTES, BINBYTES8
-
-
-class _Parts:
-    """The file of the fast pass: keeps the pieces the pickler writes.
-
-    The C pickler writes a ``bytes`` or ``bytearray`` of 64 KiB or more (its frame size,
-    equal to :data:`OUT_OF_BAND_MIN`) as a write of the object itself, right after a
-    write ending with its opcode and length: that is how one is recognised. A false
-    alarm only costs the exact second pass.
-    """
-
-    __slots__ = ("parts",)
-
-    def __init__(self) -> None:
-        self.parts: list = []
-
-    def write(self, data: Any) -> None:
-        if type(data) is not bytes or (len(data) >= OUT_OF_BAND_MIN and self._after_header(len(data))):
-            raise _InBand
-        self.parts.append(data)
-
-    def _after_header(self, n: int) -> bool:
-        if not self.parts:
-            return False
-        last = self.parts[-1]
-        for opcode, length in _HEADERS:
-            if n < 1 << (8 * length.size) and last.endswith(opcode + length.pack(n)):
-                return True
-        return False
-
-
-class _Pickler(Pickler):
-    """A :class:`Pickler` that saves every ``bytes`` and ``bytearray`` of
-    :data:`OUT_OF_BAND_MIN` bytes or more as an out-of-band buffer (pickle puts them in
-    the stream whatever their size, and never asks ``reducer_override`` about them).
-
-    The hook is ``persistent_id``: it sees every object, so this pickler is slower on
-    many small objects and :func:`dumps` uses it only when the fast pass found one.
-    """
-
-    def __init__(self, file: Any, buffer_callback: Any) -> None:
-        super().__init__(file, protocol=PROTOCOL, buffer_callback=buffer_callback)
-        self._large: dict[int, tuple[int, Any]] = {}  # id -> (index, object kept alive)
-
-    def persistent_id(self, obj: Any) -> Any:
-        kind = type(obj)
-        if (kind is bytes or kind is bytearray) and len(obj) >= OUT_OF_BAND_MIN:
-            seen = self._large.get(id(obj))
-            if seen is not None:
-                return seen[0]  # the same object again: loaded once, shared
-            self._large[id(obj)] = (len(self._large), obj)
-            return (kind is bytearray, pickle.PickleBuffer(obj))
-        return None
-
-
-class _Unpickler(pickle.Unpickler):
-    """Loads what :class:`_Pickler` wrote: real ``bytes`` and ``bytearray`` again."""
-
-    def __init__(self, data: Any, buffers: Any) -> None:
-        super().__init__(io.BytesIO(data), buffers=buffers)
-        self._loaded: list = []
-
-    def persistent_load(self, pid: Any) -> Any:
-        if type(pid) is int and 0 <= pid < len(self._loaded):
-            return self._loaded[pid]
-        if type(pid) is tuple and len(pid) == 2 and type(pid[0]) is bool:
-            obj = (bytearray if pid[0] else bytes)(pid[1])
-            self._loaded.append(obj)
-            return obj
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-
-
-def dumps(obj: Any) -> tuple[bytes, list]:
-    """Pickle ``obj`` with cloudpickle: ``(pickle, out-of-band buffers)``.
-
-    Buffers are numpy arrays and the like, and ``bytes`` / ``bytearray`` of
-    :data:`OUT_OF_BAND_MIN` bytes or more. Most objects hold no large ``bytes``: the
-    fast pass pickles them with cloudpickle as it is, and stops at the first large one
-    to pickle again with :class:`_Pickler`.
-    """
-    buffers: list = []
-    out = _Parts()
-    try:
-        Pickler(out, protocol=PROTOCOL, buffer_callback=buffers.append).dump(obj)
-    except _InBand:
-        buffers = []
-        file = io.BytesIO()
-        _Pickler(file, buffers.append).dump(obj)
-        data = file.getvalue()
-    else:
-        parts = out.parts
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-    return data, [b.raw() for b in buffers]
-
-
-def loads(data: Any, buffers: Any) -> Any:
-    """Load what :func:`dumps` returned (``buffers`` may be views of a received frame)."""
-    if not buffers:
-        return pickle.loads(data)
-    return _Unpickler(data, buffers).load()
 
 
 def _rebuild(data, *buffers) -> Payload:

@@ -38,9 +38,7 @@ from .guard import CallGuard
 
 log = logging.getLogger(__name__)
 
-HELLO_SIZE = len(auth.HELLO) + auth.NONCE_SIZE
-PROOF_SIZE = len(auth.PROOF) + auth.DIGEST_SIZE
-CHALLENGE_SIZE = len(auth.CHALLENGE) + auth.NONCE_SIZE + auth.DIGEST_SIZE
+HELLO_SIZE, PROOF_SIZE, CHALLENGE_SIZE = auth.HELLO_SIZE, auth.PROOF_SIZE, auth.CHALLENGE_SIZE
 SP_HEADER = b"\x00SP\x00"   # how nng starts every connection (then protocol, reserved)
 SP_HEADER_SIZE = 8
 BACKLOG = 4096              # the kernel caps it (somaxconn)

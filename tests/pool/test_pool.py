@@ -433,3 +433,51 @@ def test_imap_results_read_after_close_and_join():
     pool.join()
     assert list(it) == [square(x) for x in range(2000)]
     assert sorted(unordered) == [square(x) for x in range(2000)]
+
+
+def wait_for_flag(flag):
+    flag.wait(30)
+    return flag.is_set()
+
+
+def test_cache_holds_the_results_still_outstanding(pool):
+    """``Pool._cache``: the stdlib's map of job number to the results not all in yet."""
+    flag = fiberlite.Event()
+    waiting = pool.apply_async(wait_for_flag, (flag,))
+    done = pool.map_async(square, range(10))
+    assert done.get(30) == [square(x) for x in range(10)]
+    assert list(pool._cache.values()) == [waiting]  # a result ready is out of it already
+    flag.set()
+    assert waiting.get(30) is True
+    assert not pool._cache, pool._cache
+
+
+def test_imap_with_big_chunks_mixes_next_and_iteration(pool):
+    data = list(range(1000))
+    it = pool.imap(square, data, chunksize=300)
+    assert [next(it), it.next(30)] == [0, 1]  # the rest of the first chunk stays
+    head = []
+    for value in it:
+        head.append(value)
+        if len(head) == 400:
+            break
+    assert head == [square(x) for x in range(2, 402)]
+    assert list(it) == [square(x) for x in range(402, 1000)]
+    assert not pool._cache, pool._cache
+    with pytest.raises(StopIteration):
+        next(it)
+    unordered = pool.imap_unordered(square, iter(data), chunksize=250)
+    assert sorted(unordered) == [square(x) for x in data]
+    assert not pool._cache, pool._cache
+
+
+def test_workers_taken_from_pool_pool_stay_usable_after_the_pool_ends():
+    """As in the stdlib, the pool does not close its workers' Process objects: a list
+    taken from ``Pool._pool`` says they are no longer alive once the pool has ended."""
+    with Pool(2) as pool:
+        pool.map(square, range(4))
+        workers = pool._pool
+        assert len(workers) == 2 and all(w.is_alive() for w in workers)
+    pool.join()
+    assert [w.is_alive() for w in workers] == [False, False]
+    assert all(w.exitcode is not None for w in workers)

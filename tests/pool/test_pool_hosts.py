@@ -292,3 +292,16 @@ def test_a_post_is_answered_with_its_answers_and_the_poll_with_what_comes_later(
     assert sorted((item[1], item[2]) for item in post.value) == [(1, 6), (2, 1)]
     handed = sorted(c[0] for item in post.value for c in item[4][0])
     assert handed == [2, 3]  # the other two chunks, one each, in the post's own answer
+
+
+def test_hosted_workers_in_pool_pool_say_whether_they_are_alive():
+    """``Pool._pool``, as CPython's example reads it: alive while the pool runs, and no
+    longer once it is closed and joined, the list taken before included."""
+    with Pool(3) as pool:
+        assert pool.map(nap, range(6)) == [x * x for x in range(6)]
+        workers = pool._pool
+        assert len(workers) == 3 and all(w.is_alive() for w in workers), workers
+        pool.close()
+        pool.join()
+        assert not any(w.is_alive() for w in workers), workers
+        assert pool._pool == []
