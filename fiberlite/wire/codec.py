@@ -32,6 +32,7 @@ _TOP = 255  # second index of a payload that is an item of the envelope itself
 INLINE_MAX = 64 * 1024
 _LENGTH = struct.Struct("<Q")
 _PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
+_PLAIN_CONTAINERS = frozenset({tuple, list, dict})  # when plain(): the C pickler too
 _new_object = object.__new__
 _pickle_dumps = pickle.dumps
 
@@ -49,7 +50,8 @@ class Payload:
     def pack(cls, obj: Any) -> "Payload":
         """Pickle ``obj`` (functions and classes of ``__main__`` by value)."""
         kind = type(obj)
-        if kind in _PLAIN and (kind is not bytes or len(obj) < OUT_OF_BAND_MIN):
+        if (kind in _PLAIN and (kind is not bytes or len(obj) < OUT_OF_BAND_MIN)) or \
+                (kind in _PLAIN_CONTAINERS and plain(obj)):
             # as cloudpickle would, without its set-up; no __init__ call: this is hot
             payload = _new_object(cls)
             payload.data = _pickle_dumps(obj, PROTOCOL)
