@@ -17,6 +17,7 @@ def run_example(name: str, *args: str) -> str:
     done = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args],
                           capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # nothing said at exit either
     return done.stdout
 
 

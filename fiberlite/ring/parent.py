@@ -28,7 +28,7 @@ from typing import Any, Callable
 from .. import observe
 from ..errors import RemoteTraceback, RingError
 from ..process import Process
-from ..runtime.hub import ObjectRef, Servant, get_hub
+from ..runtime.hub import ObjectRef, Servant, get_hub, unregister
 from .errors import describe_failure
 from .job import _MemberMain
 from .report import MemberRates
@@ -197,7 +197,7 @@ class Ring:
             for process in self.processes:
                 process.kill()
                 process.join()
-            get_hub().unregister(self._ref.oid)
+            unregister(self._ref.oid)
             raise
         threading.Thread(target=self._watch, name=f"fiberlite-{self.name}-watch", daemon=True).start()
 
@@ -349,7 +349,7 @@ class Ring:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         if self._ref is not None:
-            get_hub().unregister(self._ref.oid)
+            unregister(self._ref.oid)
         if all(self._reports.get(r, (False,))[0] for r in range(self.world_size)):
             results = []
             for rank in range(self.world_size):

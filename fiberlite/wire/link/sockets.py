@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Callable
 
+from .. import threads
+
 
 def rest_of(parts: list, sent: int) -> list:
     """What of ``parts`` is left once ``sent`` bytes went out."""
@@ -27,8 +29,7 @@ class Backlog:
 
     def __init__(self, write: Callable[[], object]) -> None:
         self._done = threading.Event()
-        threading.Thread(target=self._run, args=(write,), daemon=True,
-                         name="fiberlite-link-backlog").start()
+        threads.start(self._run, write, name="fiberlite-link-backlog")
 
     def _run(self, write: Callable[[], object]) -> None:
         try:
@@ -49,7 +50,7 @@ class Watch:
         self._stop = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll.register(self._stop, select.EPOLLIN)
         self._calls: dict[int, Callable[[], None]] = {}
-        threading.Thread(target=self._run, daemon=True, name="fiberlite-link-watch").start()
+        threads.start(self._run, name="fiberlite-link-watch")
 
     def add(self, fd: int, hung_up: Callable[[], None]) -> None:
         self._calls[fd] = hung_up
