@@ -16,9 +16,13 @@ SCRIPT = Path(__file__).with_name("live_run.py")
 class LiveRun:
     """The live run in a child process; ``url`` is its page."""
 
-    def __init__(self, timeout: float = 60) -> None:
+    def __init__(self, timeout: float = 60, page_from_environment: bool = False) -> None:
+        """``page_from_environment``: the page is asked for by ``FIBERLITE_DASHBOARD`` and
+        started by the run's first object (else by ``fiberlite.init`` first thing)."""
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("FIBERLITE_DASHBOARD", None)
+        if page_from_environment:
+            env["FIBERLITE_DASHBOARD"] = "127.0.0.1:0"
         self.proc = subprocess.Popen([sys.executable, str(SCRIPT)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=env)

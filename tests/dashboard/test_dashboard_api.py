@@ -57,6 +57,30 @@ def test_counts_a_map_its_failures_and_a_lost_worker(live_run):
     assert pool["done"] == 1000 + 20 + 80
 
 
+def test_every_job_of_a_page_started_by_the_first_object():
+    """The page asked for by the environment starts with the run's first object, the pool,
+    whose host jobs start at once on threads of their own: it lists every one."""
+    run = LiveRun(page_from_environment=True)
+    try:
+        answer, *jobs = run.ask("jobs").split()
+        assert answer == "jobs" and len(jobs) >= 1
+        state = run.get("api/state")
+        assert sorted(job["name"] for job in state["jobs"]) == jobs
+        assert sorted(pool_of(state)["jobs"]) == jobs
+    finally:
+        assert run.close() == 0, "".join(run.stderr)
+
+
+def test_an_imap_over_a_sized_input_shows_its_total(live_run):
+    assert live_run.ask("imap") == "imap started 0"
+    # its input is read only as far as its consumer allows: the total is the range's length
+    [batch] = pool_of(live_run.get("api/state"))["batches"]
+    assert (batch["call"], batch["total"]) == ("imap", 400) and batch["done"] < 400
+    assert live_run.ask("imap-finish") == "imap exact"
+    [batch] = pool_of(live_run.get("api/state"))["batches"]
+    assert (batch["done"], batch["total"]) == (400, 400)
+
+
 def test_queue_size_and_job_usage(live_run):
     state = live_run.get("api/state")
     assert [q["size"] for q in state["queues"]] == [0]
