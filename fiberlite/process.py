@@ -5,13 +5,13 @@ a backend instead of forking. The behaviour mirrors CPython's
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
 from . import observe
 from .runtime import exit_order, identity
+from .runtime.exit_codes import exit_name
 
 _children: set["Process"] = set()
 
@@ -274,7 +274,7 @@ class Process:
             info.append("pid=%s" % self._popen.pid)
         if self._popen is not None and status == "stopped":
             code = self._popen.poll()
-            info.append("exitcode=%s" % (_exitcode_name(code)))
+            info.append("exitcode=%s" % exit_name(code))
         if self._daemonic:
             info.append("daemon")
         return "<%s>" % " ".join(info)
@@ -320,15 +320,6 @@ class Process:
                 except Exception:
                     pass
         return exitcode
-
-
-def _exitcode_name(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            pass
-    return str(code)
 
 
 def _end_children() -> None:

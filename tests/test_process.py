@@ -93,7 +93,7 @@ def test_terminate_and_kill_give_negative_signal(waiting_jobs):
     p2.kill()
     p2.join(10)
     assert p2.exitcode == -signal.SIGKILL
-    assert "SIGKILL" in repr(p2)
+    assert "exitcode=-SIGKILL" in repr(p2)  # as the standard library writes it
 
 
 def test_join_timeout_returns_while_running(waiting_jobs):

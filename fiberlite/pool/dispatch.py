@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import collections
 import itertools
-import signal
 import time
 from typing import Any, Callable
 
 from .. import observe
 from ..errors import BrokenPoolError, WorkerLostError
+from ..runtime.exit_codes import describe_exit
 from ..runtime.hub import LockedServant
 from .chunks import describe_args, pack, unpack
 
@@ -92,17 +92,6 @@ class _Out:
     def __init__(self) -> None:
         self.replies: list[tuple[Any, Any]] = []
         self.results: list[tuple[Any, list]] = []
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "ended"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 class Dispatcher(LockedServant):

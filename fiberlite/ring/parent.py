@@ -20,7 +20,6 @@ terminates those still running after ``abort_grace`` seconds; ``join()`` raises
 from __future__ import annotations
 
 import collections
-import signal
 import threading
 import time
 from typing import Any, Callable
@@ -28,6 +27,7 @@ from typing import Any, Callable
 from .. import observe
 from ..errors import RemoteTraceback, RingError
 from ..process import Process
+from ..runtime.exit_codes import describe_exit
 from ..runtime.hub import ObjectRef, Servant, get_hub, unregister
 from .errors import describe_failure
 from .job import _MemberMain
@@ -283,7 +283,7 @@ class Ring:
             if report is None:
                 self._events.append(rank)
         if report is None:
-            self._abort(RingError(f"rank {rank} left the ring (exit code {_code_name(code)})", rank, code))
+            self._abort(RingError(f"rank {rank} left the ring ({describe_exit(code)})", rank, code))
 
     def _abort(self, error: RingError) -> None:
         """Tell every member still running that the ring is broken (once)."""
@@ -374,10 +374,10 @@ class Ring:
         info = self._reports.get(first, (False, None))[1]
         code = codes[first]
         if info is None:
-            message = f"{self.name} rank {first} died (exit code {_code_name(code)})"
+            message = f"{self.name} rank {first} died ({describe_exit(code)})"
         else:
             message = (f"{self.name} rank {first} failed with {info['type']}: {info['message']} "
-                       f"(exit code {_code_name(code)})")
+                       f"({describe_exit(code)})")
         others = [r for r in failed if r != first]
         if others:
             message += (f"; rank{'s' if len(others) > 1 else ''} "
@@ -397,12 +397,3 @@ class Ring:
             else:
                 error.__cause__ = remote
         return error
-
-
-def _code_name(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"{code}, {signal.Signals(-code).name}"
-        except ValueError:
-            pass
-    return str(code)
