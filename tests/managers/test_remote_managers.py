@@ -16,7 +16,9 @@ import pytest
 import fiberlite
 from fiberlite.errors import AuthenticationError, ConnectionLost
 from fiberlite.managers import NotExposedError, RemoteError, SyncManager
+from fiberlite.managers.calls import _pending
 from fiberlite.managers.remote import url_of
+from fiberlite.runtime.hub import flush
 from remote_managed import CounterProxy, QueueClient, QueueManager, put_numbers, shared_queue
 
 pytestmark = pytest.mark.timeout(90)
@@ -160,7 +162,8 @@ def test_a_proxy_of_a_shut_down_manager_fails_clearly_at_a_new_manager_on_its_ad
                 use()
         del stale, stale_dict                           # their decrefs must not free kept's
         gc.collect()
-        time.sleep(0.5)
+        assert _pending.sync(30), "the decrefs were not sent"
+        flush()                                         # and handled where they went
         assert second._number_of_objects() == 2
         assert kept[:] == [1, 2] and kept_dict.copy() == {"b": 2}
     finally:

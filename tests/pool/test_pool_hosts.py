@@ -15,6 +15,7 @@ import pytest
 
 import fiberlite
 from fiberlite.pool import BrokenPoolError, Pool, WorkerLostError
+from waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,7 +149,7 @@ def test_killed_host_loses_and_duplicates_nothing():
     with Pool(6) as pool:
         result = pool.map_async(nap, range(n), 1)
         first_hosts = {hid: p.pid for hid, p in pool._core.procs.items()}
-        time.sleep(0.3)
+        eventually(lambda: result._progress() > 0, what="the map's first results")
         assert not result.ready(), "the map ended before the host was killed"
         victim = min(first_hosts)
         os.kill(first_hosts[victim], signal.SIGKILL)
