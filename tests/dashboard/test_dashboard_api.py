@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import sys
 import urllib.error
 import urllib.request
@@ -12,6 +11,7 @@ import urllib.request
 import pytest
 
 from dashboard.run_driver import Events, LiveRun, read
+from waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -100,12 +100,12 @@ def test_queue_size_and_job_usage(live_run):
 
 def test_ring_members_and_their_collectives(live_run):
     assert live_run.ask("ring") == "ring started"
-    running = None
-    while running is None:  # bounded by the test's timeout
+    def ring() -> dict:
         [ring] = live_run.get("api/state")["rings"]
-        if all(m["collectives_per_s"] for m in ring["members"]):
-            running = ring
-        time.sleep(0.05)  # a pause between looks, not a wait for something
+        return ring
+    eventually(lambda: all(m["collectives_per_s"] for m in ring()["members"]), 60,
+               what=lambda: f"both ranks' collectives on the page ({ring()})")
+    running = ring()
     assert [(m["rank"], m["exitcode"]) for m in running["members"]] == [(0, None), (1, None)]
     answer, *counts = live_run.ask("ring-stop").split()
     assert answer == "ring-stopped" and counts[0] == counts[1]
@@ -244,12 +244,9 @@ def test_managers_and_rings(page):
         ring = fiberlite.Ring(2, ring_member, args=(release,), timeout=60)
         ring.start()
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                state = read(page + "api/state")
-                if state["rings"] and state["rings"][0]["joined"] == 2:
-                    break
-                time.sleep(0.1)
+            eventually(lambda: [r["joined"] for r in read(page + "api/state")["rings"]] == [2], 60,
+                       what="both ranks joined on the page")
+            state = read(page + "api/state")
             [ring_row] = state["rings"]
             assert ring_row["world_size"] == 2
             assert [m["rank"] for m in ring_row["members"]] == [0, 1]
