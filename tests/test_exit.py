@@ -13,12 +13,12 @@ import time
 import pytest
 
 from exit_shapes import SHAPES
-from paths import ROOT, TESTS
+from paths import ROOT, SUPPORT
 
 LOCAL_DEADLINE = 2.0    # seconds from "ready" to the end of the interpreter, on an idle machine
 DOCKER_DEADLINE = 10.0  # the same, when the engine stops and removes every container
 STARTUP_TIMEOUT = 90.0  # seconds a shape may take to make its objects on a loaded machine
-SCRIPT = os.path.join(TESTS, "exit_shapes.py")
+SCRIPT = os.path.join(SUPPORT, "exit_shapes.py")
 
 pytestmark = pytest.mark.timeout(240)  # a shape's start and its deadline, both stretched by load
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(240)  # a shape's start and its deadline, both 
 def run_shape(shape: str, deadline: float, cwd, **env: str) -> tuple[str, float, subprocess.CompletedProcess]:
     """Run one shape; return its run id, the seconds it took to exit after it was done,
     and the finished process."""
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, TESTS]), **env)
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, SUPPORT]), **env)
     for name in ("FIBERLITE_RUN_ID", "FIBERLITE_AUTHKEY", "FIBERLITE_JOB_NAME"):
         environ.pop(name, None)
     proc = subprocess.Popen([sys.executable, SCRIPT, shape], cwd=cwd, env=environ, text=True,

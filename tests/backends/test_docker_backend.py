@@ -1,6 +1,6 @@
 """The docker backend on a real Docker engine: every job a container of ``fiberlite:test``.
 
-Docker and the image are provisioned by ``ensure_docker()`` (tests/docker_env.py); when
+Docker and the image are provisioned by ``ensure_docker()`` (tests/support/docker_env.py); when
 that is impossible the tests fail with the reason, they never skip. Containers use host
 networking (all traffic on loopback), except the named-network test, whose traffic stays
 on this machine's ``fiberlite-test`` bridge.
@@ -28,13 +28,13 @@ from fiberlite.backends import Job, JobSpec, get_backend
 from fiberlite.backends.docker import spec as docker_spec
 from fiberlite.backends.docker import ContainerJob, DockerBackend, clean, exit_code
 from fiberlite.errors import BackendError
-from paths import ROOT, TESTS
+from paths import ROOT, SUPPORT
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 
 NETWORK = "fiberlite-test"
 
-# The targets below travel by value; those of tests/jobs.py by reference, so the
+# The targets below travel by value; those of tests/support/jobs.py by reference, so the
 # containers must import jobs.py from the mounted tests directory.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -131,7 +131,7 @@ def run_containers(api, run_id):
 
 
 def child_env(**extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, ROOT]), **extra)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SUPPORT, ROOT]), **extra)
     for name in ("FIBERLITE_RUN_ID", "FIBERLITE_AUTHKEY", "FIBERLITE_JOB_NAME"):
         env.pop(name, None)
     return env
@@ -183,7 +183,7 @@ def test_labels_resources_mounts_and_environment(ctx, api, tmp_path, monkeypatch
     assert host["NetworkMode"] == "host" and host["AutoRemove"] and host["Init"]
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts[str(tmp_path)]["RW"] and report["cwd"] == str(tmp_path)
-    assert not mounts[ROOT]["RW"]  # sys.path: the checkout (holding tests/jobs.py), read-only
+    assert not mounts[ROOT]["RW"]  # sys.path: the checkout (holding tests/support/jobs.py), read-only
     assert "/var/run/docker.sock" in mounts
     assert not any(d.startswith(sys.prefix) for d in mounts)  # never Python's own directories
     assert report["key"] is None  # the key left the job's environment once read
@@ -293,7 +293,7 @@ def test_gpu_cpu_memory_and_volumes_reach_the_engine(image, api, tmp_path):
                    volumes={str(tmp_path / "data"): "/data", "fiberlite-test-cache": "/cache"},
                    labels={"fiberlite/run": "speccheck"}, cwd=str(tmp_path))
     conf = docker_spec.build(spec, image, "host", {"mount_working_dir": True}, None, api.base_url,
-                             path_entries=[ROOT, TESTS, "/usr/lib/python3.11", sys.prefix, ""])
+                             path_entries=[ROOT, SUPPORT, "/usr/lib/python3.11", sys.prefix, ""])
     assert {m.target for m in conf.mounts} == {str(tmp_path), ROOT, "/data", "/cache",
                                                "/var/run/docker.sock"}
     created = api.create_container(**conf.create_kwargs(api))  # accepted, not started (no GPU here)
