@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import selectors
 import subprocess
-import sys
 import time
 
 import pytest
 
 from exit_shapes import SHAPES
-from paths import ROOT, SUPPORT
+from interpreters import start_python
+from paths import SUPPORT
 
 LOCAL_DEADLINE = 2.0    # seconds from "ready" to the end of the interpreter, on an idle machine
 DOCKER_DEADLINE = 10.0  # the same, when the engine stops and removes every container
@@ -26,11 +26,7 @@ pytestmark = pytest.mark.timeout(240)  # a shape's start and its deadline, both 
 def run_shape(shape: str, deadline: float, cwd, **env: str) -> tuple[str, float, subprocess.CompletedProcess]:
     """Run one shape; return its run id, the seconds it took to exit after it was done,
     and the finished process."""
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, SUPPORT]), **env)
-    for name in ("FIBERLITE_RUN_ID", "FIBERLITE_AUTHKEY", "FIBERLITE_JOB_NAME"):
-        environ.pop(name, None)
-    proc = subprocess.Popen([sys.executable, SCRIPT, shape], cwd=cwd, env=environ, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_python(SCRIPT, shape, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = _read_ready(proc)
         done = time.monotonic()

@@ -29,6 +29,7 @@ from fiberlite.backends.docker import spec as docker_spec
 from fiberlite.backends.docker import ContainerJob, DockerBackend, clean, exit_code
 from fiberlite.errors import BackendError
 from paths import ROOT, SUPPORT
+from interpreters import run_python, start_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 
@@ -128,13 +129,6 @@ def container_gone(api, cid):
 
 def run_containers(api, run_id):
     return api.containers(all=True, filters={"label": [f"fiberlite/run={run_id}"]})
-
-
-def child_env(**extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SUPPORT, ROOT]), **extra)
-    for name in ("FIBERLITE_RUN_ID", "FIBERLITE_AUTHKEY", "FIBERLITE_JOB_NAME"):
-        env.pop(name, None)
-    return env
 
 
 # -- Process ------------------------------------------------------------------------------------
@@ -246,9 +240,9 @@ def test_nested_child_is_a_container_of_its_own(ctx):
 def test_daemon_unreachable_is_one_clear_line(image, tmp_path):
     script = "import fiberlite, jobs\nfiberlite.Process(target=jobs.noop).start()\n"
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env=child_env(DOCKER_HOST="unix:///nonexistent.sock",
-                                                    FIBERLITE_BACKEND="docker", FIBERLITE_IMAGE=image))
+    proc = run_python("-c", script, cwd=tmp_path, timeout=60,
+                      env={"DOCKER_HOST": "unix:///nonexistent.sock", "FIBERLITE_BACKEND": "docker",
+                           "FIBERLITE_IMAGE": image})
     assert time.monotonic() - start < 10
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
@@ -363,8 +357,7 @@ PARENT = textwrap.dedent("""
 def test_parent_sigkill_leaves_no_container(image, api, tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), image], cwd=tmp_path, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=child_env(), text=True)
+    parent = start_python(script, image, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     run_id = None
     try:
         run_id = parent.stdout.readline().strip()
@@ -429,9 +422,9 @@ def test_named_network(image, api, tmp_path):
     script = tmp_path / "networked.py"
     script.write_text(NETWORKED)
     try:
-        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=90, env=child_env(FIBERLITE_BACKEND="docker", FIBERLITE_IMAGE=image,
-                                                        FIBERLITE_DOCKER_NETWORK=NETWORK))
+        proc = run_python(script, cwd=tmp_path, timeout=90,
+                          env={"FIBERLITE_BACKEND": "docker", "FIBERLITE_IMAGE": image,
+                               "FIBERLITE_DOCKER_NETWORK": NETWORK})
         assert proc.returncode == 0, proc.stderr
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:

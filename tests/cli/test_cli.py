@@ -6,7 +6,6 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import textwrap
 
 import psutil
@@ -15,6 +14,7 @@ import pytest
 from fiberlite.cli import main
 from fiberlite.cli.progress import Progress
 from waiting import eventually
+from interpreters import run_python, start_python
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,23 +65,19 @@ HANG = textwrap.dedent("""
 @pytest.fixture
 def cli(tmp_path):
     """Run ``fiberlite ARGS`` in tmp_path with its own state directory."""
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
-    for name in list(env):
-        if name.startswith("FIBERLITE_"):
-            del env[name]
+    state = {"XDG_STATE_HOME": str(tmp_path / "state")}
     (tmp_path / "script.py").write_text(SCRIPT)
     (tmp_path / "hang.py").write_text(HANG)
 
     def run(*args, **kwargs):
-        return subprocess.run([sys.executable, "-m", "fiberlite.cli", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=45, **kwargs)
+        return run_python("-m", "fiberlite.cli", *args, cwd=tmp_path, env=state, clean=True,
+                          timeout=45, **kwargs)
 
     def start(*args):
-        return subprocess.Popen([sys.executable, "-m", "fiberlite.cli", *args], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return start_python("-m", "fiberlite.cli", *args, cwd=tmp_path, env=state, clean=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     run.start = start
-    run.env = env
     return run
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 
@@ -12,6 +11,7 @@ import pytest
 
 from dashboard.run_driver import Events, LiveRun, read
 from waiting import eventually
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -192,9 +192,7 @@ def test_the_data_is_strict_json_whatever_it_holds():
 
 
 def run_snippet(code: str, **env: str) -> subprocess.CompletedProcess:
-    import os
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+    return run_python("-c", code, env=env, timeout=60)
 
 
 OFF = """

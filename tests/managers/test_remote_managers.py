@@ -6,7 +6,6 @@ import gc
 import os
 import re
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -20,6 +19,7 @@ from fiberlite.managers.calls import _pending
 from fiberlite.managers.remote import url_of
 from fiberlite.runtime.hub import flush
 from remote_managed import CounterProxy, QueueClient, QueueManager, put_numbers, shared_queue
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,10 +46,7 @@ OUTSIDE = textwrap.dedent("""
 
 def run_outside(address, key: bytes, first: int, count: int) -> subprocess.CompletedProcess:
     """A plain Python process, not a job of this run: no FIBERLITE_* in its environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBERLITE_")}
-    env["PYTHONPATH"] = ROOT
-    return subprocess.run([sys.executable, "-c", OUTSIDE, repr(address), key.hex(), str(first),
-                           str(count)], env=env, capture_output=True, text=True, timeout=60)
+    return run_python("-c", OUTSIDE, repr(address), key.hex(), first, count, clean=True, timeout=60)
 
 
 def drain(q, count: int) -> list:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -16,6 +15,7 @@ import pytest
 import fiberlite
 from fiberlite.pool import BrokenPoolError, Pool, WorkerLostError
 from waiting import eventually
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -193,8 +193,7 @@ def test_hundreds_of_workers_under_a_soft_open_file_limit_of_256(tmp_path):
                         break
                 print(len(seen), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=str(tmp_path), timeout=170)
+    done = run_python(script, cwd=tmp_path, timeout=170)
     assert done.returncode == 0, done.stderr[-6000:]
     assert done.stdout.split() == ["300", "4096"]
 
@@ -209,8 +208,7 @@ def test_a_pool_that_cannot_fit_the_hard_limit_says_how_to_raise_it(tmp_path):
             fiberlite.init(workers_per_job=1)
             fiberlite.Pool(100)
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=str(tmp_path), timeout=60)
+    done = run_python(script, cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert "Pool(100) needs about 400 more open files" in last and "ulimit -n" in last, last
