@@ -29,6 +29,7 @@ VERSIONS = ["3.10", "3.12", "3.13"]
 # the subset, by test file (the docker-marked tests in them are left out)
 SUBSET = [
     "tests/test_exit.py",                   # the exit shapes, stderr empty
+    "tests/test_examples.py::test_quickstart",  # the README's demo, stderr empty
     "tests/test_cpython_conformance.py",    # CPython's tests, this Python's version of them
     "tests/test_process.py",
     "tests/pool/test_pool.py",
