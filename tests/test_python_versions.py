@@ -6,8 +6,8 @@ stderr must stay empty: Python 3.12.0 and 3.12.1 refuse threads at exit), CPytho
 multiprocessing tests (each Python runs its own version of them), and Pool, Queue, Pipe
 and Manager. The three run side by side. Each virtualenv is built once (the project installed editable, with
 pytest; not the test extra, whose torch is for one version) and kept in the user's
-cache, keyed by the interpreter, this checkout and pyproject.toml; a new one takes
-about 20 s. A version that is not installed is skipped, loudly: pyenv puts them in
+cache, keyed by the interpreter, this checkout, pyproject.toml and the sources of the C
+extensions (built in place for each Python); a new one takes about 20 s. A version that is not installed is skipped, loudly: pyenv puts them in
 ``$(pyenv root)/versions``.
 """
 from __future__ import annotations
@@ -62,24 +62,50 @@ def find_python(version: str) -> str | None:
     return shutil.which(f"python{version}")
 
 
-def _requirements() -> list[str]:
-    """pytest and pytest-timeout as the test extra pins them."""
+def _project() -> dict:
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
-        test_extra = tomllib.load(file)["project"]["optional-dependencies"]["test"]
+        return tomllib.load(file)
+
+
+def _requirements() -> list[str]:
+    """pytest and pytest-timeout as the test extra pins them."""
+    test_extra = _project()["project"]["optional-dependencies"]["test"]
     return [r for r in test_extra if re.match(r"pytest(-timeout)?\b", r)]
+
+
+def _extensions() -> list[dict]:
+    """The C extensions the install builds (in place, for each Python)."""
+    return _project().get("tool", {}).get("setuptools", {}).get("ext-modules", [])
+
+
+def _build_inputs() -> bytes:
+    """What an install builds from: pyproject.toml and the extensions' sources."""
+    parts = []
+    for path in ["pyproject.toml", *(s for ext in _extensions() for s in ext["sources"])]:
+        with open(os.path.join(ROOT, path), "rb") as file:
+            parts.append(file.read())
+    return b"\0".join(parts)
+
+
+def _usable(venv_python: str) -> bool:
+    """Whether the package and its built extensions import there (a checkout cleaned of
+    the in-place builds, or moved, needs a new install)."""
+    modules = ["fiberlite", *(ext["name"] for ext in _extensions())]
+    done = subprocess.run([venv_python, "-c", f"import {', '.join(modules)}"], cwd=ROOT,
+                          capture_output=True, timeout=60)
+    return done.returncode == 0
 
 
 def virtualenv(python: str, held: list) -> str:
     """The python of a virtualenv for ``python`` with this checkout installed, built once.
     Its lock file stays open in ``held`` (shared) while it is used; older virtualenvs of
     the same interpreter that nobody uses are removed."""
-    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
-        key = hashlib.sha256(b"\0".join([os.path.realpath(python).encode(), ROOT.encode(),
-                                          file.read()])).hexdigest()[:16]
+    key = hashlib.sha256(b"\0".join([os.path.realpath(python).encode(), ROOT.encode(),
+                                      _build_inputs()])).hexdigest()[:16]
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
                          "fiberlite-tests")
     os.makedirs(cache, exist_ok=True)
@@ -89,17 +115,18 @@ def virtualenv(python: str, held: list) -> str:
     lock = open(home + ".lock", "w")
     held.append(lock)
     fcntl.flock(lock, fcntl.LOCK_EX)  # another run may build the same one now
-    if not os.path.exists(built):
+    venv_python = os.path.join(home, "bin", "python")
+    if not (os.path.exists(built) and _usable(venv_python)):
         shutil.rmtree(home, ignore_errors=True)
         for step in ([python, "-m", "venv", home],
-                     [os.path.join(home, "bin", "python"), "-m", "pip", "install", "-q",
+                     [venv_python, "-m", "pip", "install", "-q",
                       "-e", ROOT, *_requirements()]):
             done = subprocess.run(step, capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, f"{' '.join(step)} failed:\n{done.stdout}{done.stderr}"
         open(built, "w").close()
     fcntl.flock(lock, fcntl.LOCK_SH)  # in use: not removed by another run
     _remove_unused(cache, name, keep=home)
-    return os.path.join(home, "bin", "python")
+    return venv_python
 
 
 def _remove_unused(cache: str, name: str, keep: str) -> None:
