@@ -34,17 +34,15 @@ def init(**settings: _Any) -> dict[str, _Any]:
     return resolved
 
 
-def _first_notice(event: str, *details: _Any) -> None:
-    """The first object the run creates: start the page if the settings ask for one
-    (the environment or the config file), pass the event on, and step aside."""
-    _observe.unwatch(_first_notice)
+def _start_page_if_asked() -> None:
+    """Before the first object the run creates is noticed: start the page if the
+    settings ask for one (the environment or the config file)."""
     if _config.get("dashboard") is not None:
         from .dashboard import start_if_asked
-        if start_if_asked():
-            _observe.notice(event, *details)
+        start_if_asked()
 
 
-_observe.watch(_first_notice)
+_observe.before_first(_start_page_if_asked)
 
 
 _context_names = [

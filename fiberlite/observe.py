@@ -1,10 +1,11 @@
 """Observer hooks: the API layer tells whoever watches the run (the dashboard) what it
 creates and what happens to it.
 
-``notice(event, *details)`` calls every watcher. With no dashboard the list is empty
-after the first call, so a hook costs one call over an empty list (the first watcher,
-put there by ``fiberlite/__init__``, starts the dashboard if the settings ask for one,
-and steps aside).
+``notice(event, *details)`` calls every watcher. Before the first event is passed on,
+the hook set with :func:`before_first` runs once (``fiberlite/__init__``'s starts the
+dashboard if the settings ask for one, which then watches); events noticed meanwhile on
+other threads wait for it, so none is missed. With no dashboard the list stays empty,
+so a notice costs a look at one name and a call over an empty list.
 
 Events: ``process`` (a started Process), ``pool``, ``batch`` (a pool's dispatcher and a
 call's group), ``tasks`` (a sink, the count of tasks that failed, the error),
@@ -21,12 +22,34 @@ Watcher = Callable[..., None]
 
 watchers: list[Watcher] = []
 _lock = threading.Lock()
+_first: Callable[[], None] | None = None
+_first_lock = threading.Lock()
 
 
 def notice(event: str, *details: Any) -> None:
     """Tell every watcher that ``event`` happened."""
+    if _first is not None:
+        _run_first()
     for watcher in watchers:
         watcher(event, *details)
+
+
+def before_first(hook: Callable[[], None]) -> None:
+    """Run ``hook()`` once, before the first event is passed to the watchers."""
+    global _first
+    _first = hook
+
+
+def _run_first() -> None:
+    global _first
+    with _first_lock:  # a notice on another thread waits here until the hook is done
+        hook = _first
+        if hook is None:
+            return
+        try:
+            hook()
+        finally:
+            _first = None  # only now: a notice that finds it None sees the hook's watchers
 
 
 def watch(watcher: Watcher) -> None:

@@ -5,13 +5,13 @@ a backend instead of forking. The behaviour mirrors CPython's
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
 from . import observe
 from .runtime import exit_order, identity, main_script
+from .runtime.exit_codes import exit_name
 
 _children: set["Process"] = set()
 
@@ -48,12 +48,15 @@ class _MainProcess:
 
 
 class ParentProcess:
-    """What ``parent_process()`` returns in a job: the process that created it."""
+    """What ``parent_process()`` returns in a job: the process that created it, alive
+    until ``lost`` is set (the job's connection to it ended)."""
 
     def __init__(self, name: str, pid: int | None, lost: threading.Event) -> None:
         self.name = name
         self.pid = self.ident = pid
         self._lost = lost
+        self._sentinel: int | None = None
+        self._sentinel_lock = threading.Lock()
         self.daemon = False
         self.exitcode = None
 
@@ -62,6 +65,20 @@ class ParentProcess:
 
     def join(self, timeout: float | None = None) -> None:
         self._lost.wait(timeout)
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes ready (end of file) once the parent is gone."""
+        with self._sentinel_lock:
+            if self._sentinel is None:
+                self._sentinel, write = os.pipe()
+                threading.Thread(target=self._close_when_gone, args=(write,), daemon=True,
+                                 name="fiberlite-parent-sentinel").start()
+            return self._sentinel
+
+    def _close_when_gone(self, write: int) -> None:
+        self._lost.wait()
+        os.close(write)
 
     def __repr__(self) -> str:
         return f"<ParentProcess name={self.name!r} parent_pid={self.pid}>"
@@ -258,7 +275,7 @@ class Process:
             info.append("pid=%s" % self._popen.pid)
         if self._popen is not None and status == "stopped":
             code = self._popen.poll()
-            info.append("exitcode=%s" % (_exitcode_name(code)))
+            info.append("exitcode=%s" % exit_name(code))
         if self._daemonic:
             info.append("daemon")
         return "<%s>" % " ".join(info)
@@ -270,6 +287,10 @@ class Process:
         _children.clear()
         identity.reset_child_counter()
         _current, _parent = self, parent
+        # code that asks the standard library (``multiprocessing.parent_process()``, as a
+        # library may, to tell the main process) gets the same answer
+        import multiprocessing.process
+        multiprocessing.process._parent_process = parent
         try:
             try:
                 self.run()
@@ -300,15 +321,6 @@ class Process:
                 except Exception:
                     pass
         return exitcode
-
-
-def _exitcode_name(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            pass
-    return str(code)
 
 
 def _end_children() -> None:

@@ -3,7 +3,8 @@
 ``get_logger()`` is the ``fiberlite`` logger. The level it has (its effective level)
 when a job starts is the level that job's logger starts with, as ``multiprocessing``
 hands its logger's level to a spawned child. ``Finalize`` is the standard library's:
-it runs in the process that made it, at its exit.
+it runs in the process that made it, at its exit. A record logged through ``debug``,
+``info``, ... names the caller's file and line, not this module's.
 """
 from __future__ import annotations
 
@@ -52,16 +53,16 @@ def log_to_stderr(level: int | str | None = None) -> logging.Logger:
 
 
 def sub_debug(msg: str, *args: object) -> None:
-    get_logger().log(SUBDEBUG, msg, *args)
+    get_logger().log(SUBDEBUG, msg, *args, stacklevel=2)
 
 
 def debug(msg: str, *args: object) -> None:
-    get_logger().debug(msg, *args)
+    get_logger().debug(msg, *args, stacklevel=2)
 
 
 def info(msg: str, *args: object) -> None:
-    get_logger().info(msg, *args)
+    get_logger().info(msg, *args, stacklevel=2)
 
 
 def sub_warning(msg: str, *args: object) -> None:
-    get_logger().log(SUBWARNING, msg, *args)
+    get_logger().log(SUBWARNING, msg, *args, stacklevel=2)

@@ -8,7 +8,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.dirname(os.path.abspath(__file__))
-for path in (ROOT, TESTS):
+# what the tests share (job targets, the scripts they run, waiting, the Docker and browser
+# set-up) is in support/, imported by module name (``import jobs``) here and in the jobs
+# the tests start, which receive this sys.path
+SUPPORT = os.path.join(TESTS, "support")
+for path in (ROOT, TESTS, SUPPORT):
     if path not in sys.path:
         sys.path.insert(0, path)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -55,9 +55,8 @@ OPTIONS = {
 
 
 def run_quick(script: str, json_path: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, os.path.join(BENCHMARKS, script), "--quick", "--json", json_path]
-    return subprocess.run(command + OPTIONS.get(script, []), cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return run_python(os.path.join(BENCHMARKS, script), "--quick", "--json", json_path,
+                      *OPTIONS.get(script, []), cwd=ROOT, timeout=120)
 
 
 @pytest.mark.parametrize("script", sorted(EXPECTED))
@@ -77,8 +76,7 @@ def test_benchmark_runs_quick(script, tmp_path):
 
     if script in ("bench_queue_latency.py", "bench_scale.py"):  # times; times and memory
         out = tmp_path / "png"
-        plotted = subprocess.run([sys.executable, os.path.join(BENCHMARKS, "plot.py"), str(tmp_path), str(out)],
-                                 capture_output=True, text=True, timeout=120)
+        plotted = run_python(os.path.join(BENCHMARKS, "plot.py"), tmp_path, out, timeout=120)
         assert plotted.returncode == 0, plotted.stderr
         png = out / f"{document['benchmark']}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 
 import pytest
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(330)
 
@@ -27,11 +26,9 @@ def test_site_builds_strict(tmp_path):
     if missing:
         pytest.fail(f"documentation tools not installed ({', '.join(missing)}): pip install -e '.[test]'")
     site = tmp_path / "site"
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", NO_COLOR="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict",
-         "--config-file", os.path.join(ROOT, "mkdocs.yml"), "--site-dir", str(site)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_python("-m", "mkdocs", "build", "--strict",
+                      "--config-file", os.path.join(ROOT, "mkdocs.yml"), "--site-dir", site,
+                      cwd=ROOT, env={"NO_MKDOCS_2_WARNING": "1", "NO_COLOR": "1"}, timeout=300)
     output = proc.stdout + proc.stderr
     problems = [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert proc.returncode == 0 and not problems, f"mkdocs build --strict failed:\n{output[-6000:]}"

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -14,9 +13,9 @@ EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 
 def run_example(name: str, *args: str) -> str:
-    done = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args],
-                          capture_output=True, text=True, timeout=150)
+    done = run_python(os.path.join(EXAMPLES, name), *args, timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr  # nothing said at exit either
     return done.stdout
 
 
@@ -59,8 +58,8 @@ def test_cluster_run_with_fiberlite_run_on_docker():
     import docker
     image = ensure_docker()
     script = os.path.join(EXAMPLES, "cluster_run.py")
-    done = subprocess.run([sys.executable, "-m", "fiberlite.cli", "run", "--backend", "docker",
-                           "--image", image, script, "6"], capture_output=True, text=True, timeout=150)
+    done = run_python("-m", "fiberlite.cli", "run", "--backend", "docker", "--image", image, script, "6",
+                      timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "backend docker: squares [0, 1, 4, 9, 16, 25]" in done.stdout
     run_id = re.search(r"run ([0-9a-f]+) \[docker\]", done.stderr).group(1)

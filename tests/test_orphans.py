@@ -5,11 +5,11 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import textwrap
 
 import psutil
 import pytest
+from interpreters import start_python
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -28,9 +28,7 @@ PARENT = textwrap.dedent("""
 def test_parent_sigkill_leaves_no_orphans(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]))
-    parent = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=env, text=True)
+    parent = start_python(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         line = parent.stdout.readline()
         pids = [int(x) for x in line.split()]
@@ -65,10 +63,8 @@ def test_a_parent_that_stops_answering_is_given_up(tmp_path):
     # the unanswered pings of its children tell them it is gone
     script = tmp_path / "parent.py"
     script.write_text(STOPPABLE_PARENT)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]),
-               FIBERLITE_PARENT_TIMEOUT="2")
-    parent = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=env, text=True)
+    parent = start_python(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          env={"FIBERLITE_PARENT_TIMEOUT": "2"})
     child = None
     try:
         child = psutil.Process(int(parent.stdout.readline()))

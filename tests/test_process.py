@@ -93,7 +93,7 @@ def test_terminate_and_kill_give_negative_signal(waiting_jobs):
     p2.kill()
     p2.join(10)
     assert p2.exitcode == -signal.SIGKILL
-    assert "SIGKILL" in repr(p2)
+    assert "exitcode=-SIGKILL" in repr(p2)  # as the standard library writes it
 
 
 def test_join_timeout_returns_while_running(waiting_jobs):
@@ -151,6 +151,23 @@ def test_sentinel_becomes_ready():
     p.start()
     assert wait([p.sentinel], timeout=30) == [p.sentinel]
     p.join()
+
+
+def test_parent_process_in_a_grandchild_outlived_by_it():
+    """A grandchild sees its parent (the middle job) through ``parent_process()`` and the
+    standard library's: pid, name, a sentinel ready and ``is_alive()`` False once the
+    middle job is gone."""
+    q = fiberlite.Queue()
+    middle = fiberlite.Process(target=jobs.start_reporting_child, args=(q,))
+    middle.start()
+    reports = [q.get(timeout=60), q.get(timeout=60)]
+    told = next(r for r in reports if r[0] == "middle")
+    pid, name, stdlib_agrees, ready_early, alive_early = next(r for r in reports if r[0] != "middle")
+    assert (pid, name) == (told[1], told[2]) == (middle.pid, middle.name)
+    assert stdlib_agrees and ready_early == [] and alive_early
+    middle.terminate()
+    middle.join(30)
+    assert q.get(timeout=60) == (True, False)  # sentinel ready, not alive
 
 
 def test_active_children_and_cpu_count(waiting_jobs):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -16,9 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_short_soak_survives_kills_and_counts_every_item(tmp_path):
     out = tmp_path / "soak.json"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "soak.py"), "--seconds", "15",
-                           "--kill-every", "1", "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=140)
+    done = run_python(os.path.join(ROOT, "benchmarks", "soak.py"), "--seconds", "15",
+                      "--kill-every", "1", "--json", out, cwd=ROOT, timeout=140)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     rows = {row["load"]: row for row in result["loads"]}

@@ -169,11 +169,10 @@ class Listener:
     def __init__(self, address: Address = None, family: str | None = None, backlog: int = 1,
                  authkey: bytes | None = None) -> None:
         from .. import config
-        if family is not None and family not in families + ["AF_INET6"]:
-            raise ValueError(f"unknown family {family!r}: use one of {families} (or AF_INET6)")
+        _check_family(family)
         if address is None and family in (None, "AF_INET"):
             address = _default_address()
-        family = family or _stdlib.address_type(address)
+        family = family or _family_of(address)
         if address is None:
             address = _stdlib.arbitrary_address(family)
         sock = listening_socket(address, family, max(backlog, BACKLOG))
@@ -220,8 +219,26 @@ class Listener:
         raise TypeError("a Listener cannot be sent to another job: send its address instead")
 
 
+def _check_family(family: str | None) -> None:
+    if family is not None and family not in families + ["AF_INET6"]:
+        raise ValueError(f"unknown family {family!r}: use one of {families} (or AF_INET6)")
+
+
+def _family_of(address: Address) -> str:
+    """The family of ``address`` (as ``multiprocessing``'s), which must be one of this
+    platform's: a Windows named pipe's address is refused here."""
+    family = _stdlib.address_type(address)
+    if family not in families + ["AF_INET6"]:
+        raise ValueError(f"{address!r} is a Windows named pipe address ({family}), which this "
+                         f"platform does not have: use a (host, port) pair or a Unix socket path")
+    return family
+
+
 def Client(address: Address, family: str | None = None, authkey: bytes | None = None) -> SocketConnection:
     """Connect to the :class:`Listener` at ``address``; both sides prove they hold the key."""
+    _check_family(family)
+    if family is None:
+        _family_of(address)
     key = _key(authkey)
     try:
         if address in _own_listeners:  # accept() may come later on this very thread

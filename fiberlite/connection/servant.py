@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from ..runtime.hub import LOCAL_PEER, ObjectRef, get_hub
+from ..runtime.hub import LOCAL_PEER, ObjectRef, unregister
 from ..runtime.links.channel import Channel
 from ..runtime.links.servant import LinkingServant
 from ..wire.codec import Payload
@@ -179,7 +179,7 @@ class PipeServant(LinkingServant):
             return []
         other = 1 - end
         if self.oid is not None and not (self.holders[other] or self.pending[other]):
-            get_hub().unregister(self.oid)  # nobody holds either end: the pipe is gone
+            unregister(self.oid)  # nobody holds either end: the pipe is gone
             self.oid = None
         # nobody holds `end` any more: its peer reads EOF, writes to it break
         return (self.inbox[other].close_writers() + self._forward_eof(other)

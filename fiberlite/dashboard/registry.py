@@ -47,9 +47,13 @@ class Batch:
 
     @property
     def total(self) -> int | None:
+        """The tasks of the call: a map's, an imap's once its input ended, or before that
+        the input's length if it told it (``len`` or ``__length_hint__``)."""
         if self._total is not None:
             return self._total
-        return getattr(self.sink(), "_length", None)
+        sink = self.sink()
+        length = getattr(sink, "_length", None)
+        return length if length is not None else getattr(sink, "expected", None)
 
     @property
     def done(self) -> int:

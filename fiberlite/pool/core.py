@@ -21,7 +21,7 @@ from typing import Any
 from .. import config, observe
 from ..errors import BrokenPoolError, ProcessError
 from ..runtime import exit_order
-from ..runtime.hub import get_hub
+from ..runtime.hub import get_hub, unregister
 from ..runtime.limits import check_room
 from .chunks import encoding_error, unpack, unpack_failure
 from .dispatch import Dispatcher
@@ -388,10 +388,9 @@ class Core:
         self._release()
 
     def _release(self) -> None:
-        hub = get_hub()
-        hub.unregister(self.ref.oid)
+        unregister(self.ref.oid)
         if self.relay is not None:
-            hub.unregister(self.relay_ref.oid)
+            unregister(self.relay_ref.oid)
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)

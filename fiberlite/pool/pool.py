@@ -51,6 +51,7 @@ The master's state and threads are in :mod:`.core`, the format of what travels i
 """
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import threading
@@ -73,6 +74,16 @@ __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
 
 IMAP_WINDOW = 256  # chunks an imap reads ahead of its consumer (at least 16 per worker)
+
+
+def _known_length(iterable: Iterable) -> int | None:
+    """The length of ``iterable`` if it tells it before it is read (``len`` or
+    ``__length_hint__``), else None."""
+    try:
+        hint = operator.length_hint(iterable, -1)
+    except Exception:  # a broken __len__ is the feeder's to report, not this one's
+        return None
+    return hint if hint >= 0 else None
 
 
 def _name(func: Any) -> str:
@@ -266,7 +277,7 @@ class Pool:
             raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
         payload = pack_call("map", func, method)
         window = max(IMAP_WINDOW, 16 * self._processes) * chunksize
-        sink = cls(core, window)
+        sink = cls(core, window, _known_length(iterable))
         group = core.dispatcher.new_group("map", payload, _name(func), sink)
         self._submit(core, sink, group, [], seal=False)
         threading.Thread(target=_feed_imap, args=(core, group, sink, iterable, chunksize, method),

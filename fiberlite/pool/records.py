@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 RUN, CLOSE, TERMINATE, BROKEN = "RUN", "CLOSE", "TERMINATE", "BROKEN"
@@ -91,14 +90,3 @@ class Out:
         worker.retiring = True
         self.replies.append((worker.waiting, None))
         worker.waiting = None
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "ended"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"

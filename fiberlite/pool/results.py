@@ -160,7 +160,10 @@ class IMapIterator(_Sink):
     consumed, so memory stays bounded and an endless input works.
     """
 
-    def __init__(self, core: Any, window: int) -> None:
+    def __init__(self, core: Any, window: int, expected: int | None = None) -> None:
+        #: the input's length as known before it is read (``operator.length_hint``), or
+        #: None; what shows progress uses it until the input ends
+        self.expected = expected
         self._success = True
         self._value = None
         super().__init__(core, None, None)

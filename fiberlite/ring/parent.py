@@ -20,7 +20,6 @@ terminates those still running after ``abort_grace`` seconds; ``join()`` raises
 from __future__ import annotations
 
 import collections
-import signal
 import threading
 import time
 from typing import Any, Callable
@@ -28,7 +27,8 @@ from typing import Any, Callable
 from .. import observe
 from ..errors import RingError
 from ..process import Process
-from ..runtime.hub import ObjectRef, Servant, get_hub
+from ..runtime.exit_codes import describe_exit
+from ..runtime.hub import ObjectRef, Servant, get_hub, unregister
 from .errors import describe_failure
 from .job import _MemberMain
 from .report import MemberRates
@@ -197,7 +197,7 @@ class Ring:
             for process in self.processes:
                 process.kill()
                 process.join()
-            get_hub().unregister(self._ref.oid)
+            unregister(self._ref.oid)
             raise
         threading.Thread(target=self._watch, name=f"fiberlite-{self.name}-watch", daemon=True).start()
 
@@ -285,7 +285,7 @@ class Ring:
             if report is None:
                 self._events.append(rank)
         if report is None:
-            self._abort(RingError(f"rank {rank} left the ring (exit code {_code_name(code)})", rank, code))
+            self._abort(RingError(f"rank {rank} left the ring ({describe_exit(code)})", rank, code))
 
     def _abort(self, error: RingError) -> None:
         """Tell every member still running that the ring is broken (once)."""
@@ -351,7 +351,7 @@ class Ring:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
         if self._ref is not None:
-            get_hub().unregister(self._ref.oid)
+            unregister(self._ref.oid)
         if all(self._reports.get(r, (False,))[0] for r in range(self.world_size)):
             results = []
             for rank in range(self.world_size):
@@ -376,11 +376,11 @@ class Ring:
         info = self._reports.get(first, (False, None))[1]
         code = codes[first]
         if info is None:
-            message = f"{self.name} rank {first} died (exit code {_code_name(code)})"
+            message = f"{self.name} rank {first} died ({describe_exit(code)})"
         else:
             failure = info["failure"]
             message = (f"{self.name} rank {first} failed with {failure.type_name}: "
-                       f"{failure.message} (exit code {_code_name(code)})")
+                       f"{failure.message} ({describe_exit(code)})")
         others = [r for r in failed if r != first]
         if others:
             message += (f"; rank{'s' if len(others) > 1 else ''} "
@@ -389,12 +389,3 @@ class Ring:
         if info is not None:  # the exception with its remote traceback, or that traceback alone
             error.__cause__ = info["failure"].rebuild()
         return error
-
-
-def _code_name(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"{code}, {signal.Signals(-code).name}"
-        except ValueError:
-            pass
-    return str(code)

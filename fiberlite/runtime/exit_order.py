@@ -12,8 +12,10 @@ in that order, each once:
 6. ``backends``: backends closed (watches stopped, the run's Secrets removed);
 7. ``sockets``: this process's connections and hub closed.
 
-Nothing here starts a thread after the interpreter began finalizing: the hook runs
-before that, and finalizers (``__del__``) leave the work to it.
+The hook runs while the interpreter finalizes: finalizers (``__del__``) leave the work
+to it, and a stage starts no thread of its own (Python 3.12.0 and 3.12.1 refuse one
+then); work that reacts to the network meanwhile goes through
+:mod:`fiberlite.wire.threads`, which has a thread ready for it there.
 """
 from __future__ import annotations
 

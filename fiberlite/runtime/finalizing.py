@@ -40,9 +40,20 @@ class CastQueue:
         """Queue a cast; safe in a finalizer."""
         self._queue.put((ref, method, args))
 
+    def sync(self, timeout: float | None = None) -> bool:
+        """Wait until the casts queued before this call have been sent (their handling:
+        flush the connections then); whether that happened within ``timeout`` s."""
+        sent = threading.Event()
+        self._queue.put((None, sent, ()))
+        self.start()
+        return sent.wait(timeout)
+
     def _send(self) -> None:
         while True:
             ref, method, args = self._queue.get()
+            if ref is None:  # sync() waits for the casts before it
+                method.set()
+                continue
             with self._guard if self._guard is not None else _NO_GUARD:
                 if self._skip is not None and self._skip(ref):
                     continue

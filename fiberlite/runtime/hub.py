@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 from . import exit_order, identity
@@ -235,6 +236,7 @@ class Hub:
 
 _hub: Hub | None = None
 _hub_lock = threading.Lock()
+_closed = False  # the hub was closed at exit: no other is started
 _clients: dict[Any, Client] = {}  # address, or (address, key) for another key than the run's
 _clients_lock = threading.Lock()
 _dialing: dict[Any, threading.Lock] = {}
@@ -257,6 +259,9 @@ def get_hub(backend: str | None = None) -> Hub:
     if hub is None:
         with _hub_lock:
             if _hub is None:
+                if _closed:
+                    raise RuntimeError("this process has closed its connections to leave: "
+                                       "it serves no more queues, pipes, locks or jobs")
                 raise_open_file_limit()  # serving jobs costs descriptors
                 _hub = Hub(listen_host(backend))
             hub = _hub
@@ -276,6 +281,14 @@ def _check_reachable(hub: Hub, backend: str) -> None:
                 f"{backend!r} backend cannot reach: make {backend!r} the configured backend "
                 f"(FIBERLITE_BACKEND or fiberlite.init(backend=...)) or set listen_host before "
                 f"creating any Queue, Pipe, lock or job")
+
+
+def unregister(oid: int) -> None:
+    """Forget the servant ``oid`` of this process's hub (nothing to do once the hub was
+    closed at exit)."""
+    hub = _hub
+    if hub is not None:
+        hub.unregister(oid)
 
 
 def current_hub() -> Hub | None:
@@ -301,32 +314,37 @@ def connect(address: str, key: bytes | None = None) -> Client:
     return client
 
 
-def flush() -> None:
-    """Wait until every one-way request this process sent has been handled."""
+def flush(timeout: float | None = None) -> None:
+    """Wait until every one-way request this process sent has been handled (at most
+    ``timeout`` seconds in all: a peer that stopped answering is given up on)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     with _clients_lock:
         clients = list(_clients.values())
     for client in clients:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             _send_receipts(client, timed=False)
-            client.flush()
-        except ConnectionError:
+            client.flush(left)
+        except (ConnectionError, TimeoutError):
             pass
 
 
 def shutdown() -> None:
-    """Close this process's connections and server (at exit, after children are joined)."""
-    global _hub
+    """Close this process's connections and server (at exit, after children are joined).
+
+    Runs on the exiting thread and starts no thread: from Python 3.12 on, none can be
+    started once the interpreter is finalizing, which it is when ``atexit`` hooks run."""
+    global _hub, _closed
     # what this process sent lands before it exits; a peer that stopped answering
     # must not hold the exit up for ever
-    flusher = threading.Thread(target=flush, name="fiberlite-exit-flush", daemon=True)
-    flusher.start()
-    flusher.join(EXIT_FLUSH_SECONDS)
+    flush(EXIT_FLUSH_SECONDS)
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
     for client in clients:
         client.close()
-    hub, _hub = _hub, None
+    with _hub_lock:
+        hub, _hub, _closed = _hub, None, True
     if hub is not None:
         hub.close()
 

@@ -20,7 +20,7 @@ from .. import config
 from . import exit_order, identity
 from ..backends import JobSpec, close_all, get_backend
 from .handles import expire_exports, exports_for_job
-from .hub import Servant, get_hub
+from .hub import Servant, get_hub, unregister
 from ..meta import requests_of
 from ..wire.codec import Payload, name_unpicklable, unpicklable_error
 
@@ -174,7 +174,7 @@ class Launch:
             if self.returncode is None:
                 reported = self.channel.reported  # exact even where a backend only sees 128+N
                 self.returncode = reported if reported is not None else code
-                get_hub().unregister(self.ref.oid)
+                unregister(self.ref.oid)
                 self.channel.release_exports()
                 try:
                     self.backend.cleanup(self.job)

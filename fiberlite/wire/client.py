@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pynng
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec, doorman, tls
+from . import auth, codec, doorman, threads, tls
 from .guard import SocketGuard
 from .nngio import Io
 
@@ -100,7 +100,7 @@ class Client:
             self.alive = False
             callbacks, self._lost_callbacks = self._lost_callbacks, []
         # waking the waiting calls is not allowed inside nng's callback
-        threading.Thread(target=self._after_loss, args=(callbacks,), daemon=True).start()
+        threads.start(self._after_loss, callbacks, name="fiberlite-connection-lost")
 
     def _after_loss(self, callbacks) -> None:
         self._guard.close()  # every call under way fails; the socket closes when none is
@@ -133,10 +133,14 @@ class Client:
             raise self._lost_error()
         return ctx
 
-    def _receive(self, ctx: pynng.Context) -> Any:
-        """The decoded reply on ``ctx`` (the caller has entered)."""
+    def _receive(self, ctx: pynng.Context, timeout_ms: int = -1) -> Any:
+        """The decoded reply on ``ctx`` (the caller has entered); ``TimeoutError`` when
+        none came within ``timeout_ms`` (-1: wait for ever)."""
         try:
-            frame, _, _ = ctx.recv_frame()
+            frame, _, _ = ctx.recv_frame(timeout_ms)
+        except pynng.Timeout:
+            self._guard.discard(ctx)  # a request left unanswered must not be reused
+            raise TimeoutError(f"{self.address} did not answer within {timeout_ms} ms") from None
         except pynng.NNGException:
             self._guard.discard(ctx)
             raise self._lost_error() from None
@@ -162,10 +166,10 @@ class Client:
             raise self._lost_error() from None
         return ctx
 
-    def _call(self, frame: Any) -> Any:
+    def _call(self, frame: Any, timeout_ms: int = -1) -> Any:
         self._enter()
         try:
-            return self._receive(self._dispatch(frame))
+            return self._receive(self._dispatch(frame), timeout_ms)
         finally:
             self._leave()
 
@@ -234,14 +238,15 @@ class Client:
             riders, self._riders = tuple(self._riders), []
         return riders
 
-    def flush(self) -> None:
+    def flush(self, timeout: float | None = None) -> None:
         """Wait until every one-way request sent so far has been handled; raise the
-        first failure one of them reported."""
+        first failure one of them reported (``TimeoutError`` after ``timeout`` seconds)."""
         with self._lock:
             if not self._unsynced:
                 return
             self._unsynced = 0
-        ok, value = self._call(codec.encode(None, codec.SYNC))
+        timeout_ms = -1 if timeout is None else max(1, int(timeout * 1000))
+        ok, value = self._call(codec.encode(None, codec.SYNC), timeout_ms)
         if not ok:
             raise value
 

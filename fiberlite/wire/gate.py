@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Callable, Hashable
 
+from . import threads
+
 log = logging.getLogger(__name__)
 
 
@@ -37,6 +39,7 @@ class Gate:
     connection waits (all share one timeout, so the oldest is always due first)."""
 
     def __init__(self, timeout: float, limit: int, where: str) -> None:
+        threads.prepare()  # a connection may come while this process exits
         self.timeout = timeout
         self.limit = limit
         self.where = where
@@ -73,7 +76,7 @@ class Gate:
         evicted = self._make_room()
         if not self._watching:
             self._watching = True
-            threading.Thread(target=self._watch, name="fiberlite-auth-deadline", daemon=True).start()
+            threads.start(self._watch, name="fiberlite-auth-deadline")
         return evicted
 
     def started(self, conn: Hashable) -> None:

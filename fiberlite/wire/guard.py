@@ -24,6 +24,8 @@ from typing import Callable, TypeVar
 import pynng
 from pynng._nng import lib
 
+from . import threads
+
 C = TypeVar("C", bound=pynng.Context)
 
 
@@ -32,6 +34,7 @@ class CallGuard:
     (what waits inside nng fails), ``release()`` once no call is inside nng any more."""
 
     def __init__(self, abort: Callable[[], None], release: Callable[[], None]) -> None:
+        threads.prepare()  # the socket's loss or close may need a thread at exit
         self._abort = abort
         self._release = release
         self._lock = threading.Lock()
@@ -57,8 +60,7 @@ class CallGuard:
 
     def _release_off_nng_threads(self) -> None:
         if isinstance(threading.current_thread(), threading._DummyThread):
-            threading.Thread(target=self._release, name="fiberlite-release",
-                             daemon=True).start()
+            threads.start(self._release, name="fiberlite-release")
         else:
             self._release()
 

@@ -1,6 +1,6 @@
 """The docker backend on a real Docker engine: every job a container of ``fiberlite:test``.
 
-Docker and the image are provisioned by ``ensure_docker()`` (tests/docker_env.py); when
+Docker and the image are provisioned by ``ensure_docker()`` (tests/support/docker_env.py); when
 that is impossible the tests fail with the reason, they never skip. Containers use host
 networking (all traffic on loopback), except the named-network test, whose traffic stays
 on this machine's ``fiberlite-test`` bridge.
@@ -28,13 +28,14 @@ from fiberlite.backends import Job, JobSpec, get_backend
 from fiberlite.backends.docker import spec as docker_spec
 from fiberlite.backends.docker import ContainerJob, DockerBackend, clean, exit_code
 from fiberlite.errors import BackendError
-from paths import ROOT, TESTS
+from paths import ROOT, SUPPORT
+from interpreters import run_python, start_python
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 
 NETWORK = "fiberlite-test"
 
-# The targets below travel by value; those of tests/jobs.py by reference, so the
+# The targets below travel by value; those of tests/support/jobs.py by reference, so the
 # containers must import jobs.py from the mounted tests directory.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -130,13 +131,6 @@ def run_containers(api, run_id):
     return api.containers(all=True, filters={"label": [f"fiberlite/run={run_id}"]})
 
 
-def child_env(**extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, ROOT]), **extra)
-    for name in ("FIBERLITE_RUN_ID", "FIBERLITE_AUTHKEY", "FIBERLITE_JOB_NAME"):
-        env.pop(name, None)
-    return env
-
-
 # -- Process ------------------------------------------------------------------------------------
 def test_exit_codes_output_traceback_and_removal(ctx, api, capfd):
     procs = [ctx.Process(target=jobs.noop), ctx.Process(target=jobs.exit_with, args=(3,)),
@@ -183,7 +177,7 @@ def test_labels_resources_mounts_and_environment(ctx, api, tmp_path, monkeypatch
     assert host["NetworkMode"] == "host" and host["AutoRemove"] and host["Init"]
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert mounts[str(tmp_path)]["RW"] and report["cwd"] == str(tmp_path)
-    assert not mounts[ROOT]["RW"]  # sys.path: the checkout (holding tests/jobs.py), read-only
+    assert not mounts[ROOT]["RW"]  # sys.path: the checkout (holding tests/support/jobs.py), read-only
     assert "/var/run/docker.sock" in mounts
     assert not any(d.startswith(sys.prefix) for d in mounts)  # never Python's own directories
     assert report["key"] is None  # the key left the job's environment once read
@@ -246,9 +240,9 @@ def test_nested_child_is_a_container_of_its_own(ctx):
 def test_daemon_unreachable_is_one_clear_line(image, tmp_path):
     script = "import fiberlite, jobs\nfiberlite.Process(target=jobs.noop).start()\n"
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env=child_env(DOCKER_HOST="unix:///nonexistent.sock",
-                                                    FIBERLITE_BACKEND="docker", FIBERLITE_IMAGE=image))
+    proc = run_python("-c", script, cwd=tmp_path, timeout=60,
+                      env={"DOCKER_HOST": "unix:///nonexistent.sock", "FIBERLITE_BACKEND": "docker",
+                           "FIBERLITE_IMAGE": image})
     assert time.monotonic() - start < 10
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
@@ -293,7 +287,7 @@ def test_gpu_cpu_memory_and_volumes_reach_the_engine(image, api, tmp_path):
                    volumes={str(tmp_path / "data"): "/data", "fiberlite-test-cache": "/cache"},
                    labels={"fiberlite/run": "speccheck"}, cwd=str(tmp_path))
     conf = docker_spec.build(spec, image, "host", {"mount_working_dir": True}, None, api.base_url,
-                             path_entries=[ROOT, TESTS, "/usr/lib/python3.11", sys.prefix, ""])
+                             path_entries=[ROOT, SUPPORT, "/usr/lib/python3.11", sys.prefix, ""])
     assert {m.target for m in conf.mounts} == {str(tmp_path), ROOT, "/data", "/cache",
                                                "/var/run/docker.sock"}
     created = api.create_container(**conf.create_kwargs(api))  # accepted, not started (no GPU here)
@@ -363,8 +357,7 @@ PARENT = textwrap.dedent("""
 def test_parent_sigkill_leaves_no_container(image, api, tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    parent = subprocess.Popen([sys.executable, str(script), image], cwd=tmp_path, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, env=child_env(), text=True)
+    parent = start_python(script, image, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     run_id = None
     try:
         run_id = parent.stdout.readline().strip()
@@ -429,9 +422,9 @@ def test_named_network(image, api, tmp_path):
     script = tmp_path / "networked.py"
     script.write_text(NETWORKED)
     try:
-        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=90, env=child_env(FIBERLITE_BACKEND="docker", FIBERLITE_IMAGE=image,
-                                                        FIBERLITE_DOCKER_NETWORK=NETWORK))
+        proc = run_python(script, cwd=tmp_path, timeout=90,
+                          env={"FIBERLITE_BACKEND": "docker", "FIBERLITE_IMAGE": image,
+                               "FIBERLITE_DOCKER_NETWORK": NETWORK})
         assert proc.returncode == 0, proc.stderr
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     finally:

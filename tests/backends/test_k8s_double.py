@@ -12,6 +12,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from k8s_double.fixture import k8s_api  # noqa: F401  (the fixture)
+from waiting import eventually
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.timeout(60)]
 NS = "default"
@@ -48,16 +49,15 @@ def waiting_reason(p):
 
 
 def until_gone(read, timeout=10):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    def gone() -> bool:
         try:
             read()
         except ApiException as exc:
             if exc.status == 404:
-                return
+                return True
             raise
-        time.sleep(0.05)
-    raise AssertionError("object still there")
+        return False
+    eventually(gone, timeout, what="the object's removal")
 
 
 def status_body(exc: ApiException) -> dict:
@@ -228,10 +228,8 @@ def test_delete_running_pod_terms_then_kills(v1):
 
 
 def until_log(v1, name, text, timeout=10):
-    end = time.monotonic() + timeout
-    while v1.read_namespaced_pod_log(name, NS) != text:
-        assert time.monotonic() < end, "log never showed " + text
-        time.sleep(0.05)
+    eventually(lambda: v1.read_namespaced_pod_log(name, NS) == text, timeout,
+               what="the log showing " + repr(text))
 
 
 def test_owner_reference_garbage_collection(v1):

@@ -174,10 +174,8 @@ def test_watch_resumes_after_410(kube, monkeypatch, waiting_jobs):
     def resumed():
         return [r for r in kube.server.requests if r.query.get("watch") == "true"
                 and int(r.query.get("resourceVersion") or 0) >= compacted]
-    deadline = time.monotonic() + 10
-    while not resumed() and time.monotonic() < deadline:
-        time.sleep(0.1)  # the watcher reconnects on its own; nothing to await here
-    assert resumed(), "the watcher did not list and watch again after 410 Gone"
+    # the watcher reconnects on its own; nothing to await here
+    eventually(resumed, 10, what="the watcher's list and watch again after 410 Gone")
     kube.v1.delete_namespaced_pod(pod_name(p), NS, grace_period_seconds=1)
     p.join(30)
     assert p.exitcode == -signal.SIGTERM
@@ -495,10 +493,9 @@ def test_fiberlite_run_on_kubernetes(kube, tmp_path, capfd):
         c["metadata"]["labels"]["fiberlite/parent"] == master_name for c in pods.values())
     # everything the CLI, the master pod and its children asked for is in the Role
     assert rights_used(kube.server.requests) - OPTIONAL <= role_rights()
-    deadline = time.monotonic() + 10
-    while kube.v1.list_namespaced_pod(NS).items and time.monotonic() < deadline:
-        time.sleep(0.1)  # the double's garbage collector works asynchronously
-    assert kube.v1.list_namespaced_pod(NS).items == []
+    # the double's garbage collector works asynchronously
+    eventually(lambda: kube.v1.list_namespaced_pod(NS).items == [], 10,
+               what=lambda: f"the pods' removal (left: {kube.v1.list_namespaced_pod(NS).items})")
 
 
 PAGE_SCRIPT = textwrap.dedent("""

@@ -2,11 +2,10 @@
 and in order; with the ``dashboard`` setting on, its end is also kept for ``logs()``."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import pytest
+
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -31,9 +30,7 @@ if __name__ == "__main__":
 def run(tmp_path, lines: int, dashboard: str) -> tuple[list[str], list[str], str]:
     script = tmp_path / "talks.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "FIBERLITE_DASHBOARD": dashboard}
-    done = subprocess.run([sys.executable, str(script), str(lines)], capture_output=True,
-                          text=True, timeout=60, env=env, cwd=tmp_path)
+    done = run_python(script, lines, timeout=60, env={"FIBERLITE_DASHBOARD": dashboard}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
     err = [line for line in done.stderr.splitlines() if not line.startswith("fiberlite: ")]

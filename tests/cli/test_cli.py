@@ -6,15 +6,15 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import textwrap
-import time
 
 import psutil
 import pytest
 
 from fiberlite.cli import main
 from fiberlite.cli.progress import Progress
+from waiting import eventually
+from interpreters import run_python, start_python
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -65,23 +65,19 @@ HANG = textwrap.dedent("""
 @pytest.fixture
 def cli(tmp_path):
     """Run ``fiberlite ARGS`` in tmp_path with its own state directory."""
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
-    for name in list(env):
-        if name.startswith("FIBERLITE_"):
-            del env[name]
+    state = {"XDG_STATE_HOME": str(tmp_path / "state")}
     (tmp_path / "script.py").write_text(SCRIPT)
     (tmp_path / "hang.py").write_text(HANG)
 
     def run(*args, **kwargs):
-        return subprocess.run([sys.executable, "-m", "fiberlite.cli", *args], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=45, **kwargs)
+        return run_python("-m", "fiberlite.cli", *args, cwd=tmp_path, env=state, clean=True,
+                          timeout=45, **kwargs)
 
     def start(*args):
-        return subprocess.Popen([sys.executable, "-m", "fiberlite.cli", *args], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return start_python("-m", "fiberlite.cli", *args, cwd=tmp_path, env=state, clean=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     run.start = start
-    run.env = env
     return run
 
 
@@ -198,9 +194,7 @@ def test_progress_view():
     for stream in (io.StringIO(), FakeTTY()):
         calls = iter(states + [states[-1]] * 1000)
         progress = Progress("run r", lambda: next(calls), stream=stream, interval=0.01).start()
-        deadline = time.monotonic() + 10
-        while "1 done" not in stream.getvalue() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: "1 done" in stream.getvalue(), 10, what="the line with 1 done")
         progress.stop()
         text = stream.getvalue()
         assert "run r: 2 pending, 0 running, 0 done" in text
@@ -228,13 +222,9 @@ def test_interrupt_on_docker_removes_every_container_of_the_run(cli, tmp_path):
         assert len(running) == 3, running  # the master and its two children
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 130
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            left = client.containers.list(all=True, filters={"label": f"fiberlite/run={run_id}"})
-            if not left:
-                break
-            time.sleep(0.2)  # containers are removed by the engine, asynchronously
-        assert left == [], f"containers of run {run_id} survived: {left}"
+        def left() -> list:  # containers are removed by the engine, asynchronously
+            return client.containers.list(all=True, filters={"label": f"fiberlite/run={run_id}"})
+        eventually(lambda: not left(), 20, what=lambda: f"containers of run {run_id} survived: {left()}")
     finally:
         proc.kill()
         proc.wait()

@@ -122,6 +122,9 @@ def test_families_and_a_bad_family():
                 Listener(listener.address, family)
     with pytest.raises(ValueError, match="AF_INET"):
         Listener(family="AF_PIPE")
+    for make in (Listener, fiberlite.connection.Client):  # a Windows named pipe's address
+        with pytest.raises(ValueError, match="named pipe"):
+            make(r"\\.\pipe\name")
 
 
 def test_nothing_from_an_unauthenticated_peer_is_unpickled(tmp_path):

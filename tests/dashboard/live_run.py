@@ -31,6 +31,7 @@ def talks(lines):
         print(f"line {i} of a job", file=sys.stderr, flush=True)  # stdout answers the test
 
 
+IMAP_ITEMS = 400  # more than an imap reads ahead (256): its input ends only as it is consumed
 RING_FLOATS = 1024  # each all_reduce: 8 KiB
 
 
@@ -50,15 +51,24 @@ def reduces_until(ring, stop):
 
 
 def main() -> None:
-    mp.init(dashboard="127.0.0.1:0")
-    queue = mp.Queue()
-    rings = []  # kept: the page shows rings that still exist
-    stop = mp.Event()
+    if not os.environ.get("FIBERLITE_DASHBOARD"):  # else the first object starts the page:
+        mp.init(dashboard="127.0.0.1:0")           # the pool, whose host jobs start together
     with mp.Pool(4) as pool:
+        queue = mp.Queue()
+        rings = []  # kept: the page shows rings that still exist
+        stop = mp.Event()
+        held = None  # an imap under way, its consumer waiting for the test
         print("ready", flush=True)
         for line in sys.stdin:
             command = line.strip()
-            if command == "map":
+            if command == "jobs":
+                print("jobs", *sorted(c._popen.job.spec.name for c in mp.active_children()), flush=True)
+            elif command == "imap":  # over a range: its length is known before it is read
+                held = pool.imap(slow_square, range(IMAP_ITEMS))
+                print("imap started", next(held), flush=True)  # the rest is read as consumed
+            elif command == "imap-finish":
+                print("imap", "exact" if [0, *held] == [x * x for x in range(IMAP_ITEMS)] else "WRONG", flush=True)
+            elif command == "map":
                 results = pool.map(slow_square, range(1000))
                 print("map", "exact" if results == [x * x for x in range(1000)] else "WRONG", flush=True)
             elif command == "talk":
@@ -89,7 +99,7 @@ def main() -> None:
                 print("kill", "exact" if pending.get(60) == list(range(80)) else "WRONG", flush=True)
             elif command == "quit":
                 break
-    queue.close()
+        queue.close()
 
 
 if __name__ == "__main__":

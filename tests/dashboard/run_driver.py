@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import threading
 import urllib.request
 from pathlib import Path
+from interpreters import start_python
 
 SCRIPT = Path(__file__).with_name("live_run.py")
 
@@ -16,12 +15,13 @@ SCRIPT = Path(__file__).with_name("live_run.py")
 class LiveRun:
     """The live run in a child process; ``url`` is its page."""
 
-    def __init__(self, timeout: float = 60) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.pop("FIBERLITE_DASHBOARD", None)
-        self.proc = subprocess.Popen([sys.executable, str(SCRIPT)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env=env)
+    def __init__(self, timeout: float = 60, page_from_environment: bool = False) -> None:
+        """``page_from_environment``: the page is asked for by ``FIBERLITE_DASHBOARD`` and
+        started by the run's first object (else by ``fiberlite.init`` first thing)."""
+        env = {"PYTHONUNBUFFERED": "1",
+               "FIBERLITE_DASHBOARD": "127.0.0.1:0" if page_from_environment else None}
+        self.proc = start_python(SCRIPT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, env=env)
         self.stderr: list[str] = []
         self._more_stderr = threading.Condition()
         found = threading.Event()

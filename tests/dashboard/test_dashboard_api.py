@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-import sys
 import urllib.error
 import urllib.request
 
 import pytest
 
 from dashboard.run_driver import Events, LiveRun, read
+from waiting import eventually
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,6 +57,30 @@ def test_counts_a_map_its_failures_and_a_lost_worker(live_run):
     assert pool["done"] == 1000 + 20 + 80
 
 
+def test_every_job_of_a_page_started_by_the_first_object():
+    """The page asked for by the environment starts with the run's first object, the pool,
+    whose host jobs start at once on threads of their own: it lists every one."""
+    run = LiveRun(page_from_environment=True)
+    try:
+        answer, *jobs = run.ask("jobs").split()
+        assert answer == "jobs" and len(jobs) >= 1
+        state = run.get("api/state")
+        assert sorted(job["name"] for job in state["jobs"]) == jobs
+        assert sorted(pool_of(state)["jobs"]) == jobs
+    finally:
+        assert run.close() == 0, "".join(run.stderr)
+
+
+def test_an_imap_over_a_sized_input_shows_its_total(live_run):
+    assert live_run.ask("imap") == "imap started 0"
+    # its input is read only as far as its consumer allows: the total is the range's length
+    [batch] = pool_of(live_run.get("api/state"))["batches"]
+    assert (batch["call"], batch["total"]) == ("imap", 400) and batch["done"] < 400
+    assert live_run.ask("imap-finish") == "imap exact"
+    [batch] = pool_of(live_run.get("api/state"))["batches"]
+    assert (batch["done"], batch["total"]) == (400, 400)
+
+
 def test_queue_size_and_job_usage(live_run):
     state = live_run.get("api/state")
     assert [q["size"] for q in state["queues"]] == [0]
@@ -76,12 +100,12 @@ def test_queue_size_and_job_usage(live_run):
 
 def test_ring_members_and_their_collectives(live_run):
     assert live_run.ask("ring") == "ring started"
-    running = None
-    while running is None:  # bounded by the test's timeout
+    def ring() -> dict:
         [ring] = live_run.get("api/state")["rings"]
-        if all(m["collectives_per_s"] for m in ring["members"]):
-            running = ring
-        time.sleep(0.05)  # a pause between looks, not a wait for something
+        return ring
+    eventually(lambda: all(m["collectives_per_s"] for m in ring()["members"]), 60,
+               what=lambda: f"both ranks' collectives on the page ({ring()})")
+    running = ring()
     assert [(m["rank"], m["exitcode"]) for m in running["members"]] == [(0, None), (1, None)]
     answer, *counts = live_run.ask("ring-stop").split()
     assert answer == "ring-stopped" and counts[0] == counts[1]
@@ -168,9 +192,7 @@ def test_the_data_is_strict_json_whatever_it_holds():
 
 
 def run_snippet(code: str, **env: str) -> subprocess.CompletedProcess:
-    import os
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+    return run_python("-c", code, env=env, timeout=60)
 
 
 OFF = """
@@ -220,12 +242,9 @@ def test_managers_and_rings(page):
         ring = fiberlite.Ring(2, ring_member, args=(release,), timeout=60)
         ring.start()
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                state = read(page + "api/state")
-                if state["rings"] and state["rings"][0]["joined"] == 2:
-                    break
-                time.sleep(0.1)
+            eventually(lambda: [r["joined"] for r in read(page + "api/state")["rings"]] == [2], 60,
+                       what="both ranks joined on the page")
+            state = read(page + "api/state")
             [ring_row] = state["rings"]
             assert ring_row["world_size"] == 2
             assert [m["rank"] for m in ring_row["members"]] == [0, 1]

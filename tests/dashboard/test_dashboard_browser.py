@@ -143,6 +143,32 @@ def test_page_follows_a_live_run(browser, screenshot):
     wait_for(browser, lambda b: "run ended" in text(b, "#status"), timeout=10)
 
 
+def test_page_lists_every_job_and_an_imaps_total(browser, screenshot):
+    """A page asked for by the environment starts with the run's first object, the pool,
+    whose host jobs start together: its Jobs table lists each of them. An imap over an
+    input of known length shows that length as its total while it runs."""
+    run = LiveRun(page_from_environment=True)
+    try:
+        answer, *jobs = run.ask("jobs").split()
+        assert answer == "jobs" and jobs
+        browser.get(run.url)
+
+        def job_names(b) -> list[str]:
+            return sorted(b.execute_script("return Array.from(document.querySelectorAll("
+                                           "'#jobs tbody tr')).map((r) => r.cells[0].textContent)"))
+        wait_for(browser, lambda b: job_names(b) == jobs, timeout=10)
+        assert run.ask("imap") == "imap started 0"
+        def imap_shown(b) -> bool:  # part done, out of the input's length
+            done, _, total = text(b, "#pool-list td.done").partition(" / ")
+            return total == "400" and 0 < int(done) < 400
+        wait_for(browser, imap_shown, timeout=10)
+        screenshot(browser, "dashboard-jobs.png")
+        assert run.ask("imap-finish") == "imap exact"
+        wait_for(browser, lambda b: text(b, "#pool-list td.done") == "400 / 400", timeout=10)
+    finally:
+        assert run.close() == 0, "".join(run.stderr)
+
+
 def test_page_polls_where_its_stream_is_not_relayed(browser):
     """Behind ``fiberlite run``'s relay to a pod (which cannot pass a stream on) the
     page asks for its data instead, and still follows the run."""

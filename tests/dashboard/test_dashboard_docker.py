@@ -10,6 +10,7 @@ import pytest
 import fiberlite
 from dashboard.run_driver import read
 from docker_env import ensure_docker
+from waiting import eventually
 from fiberlite import config
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
@@ -40,14 +41,13 @@ def test_engine_stats_and_log_of_a_container(docker_ctx, page):
     try:
         ready.get(timeout=120)
         name = job._popen.job.spec.name
-        deadline, row = time.monotonic() + 30, None
-        while time.monotonic() < deadline:
+        def row() -> dict | None:
             rows = [r for r in read(page + "api/state")["jobs"] if r["name"] == name]
-            row = rows[0] if rows else None
-            if row and row["cpu"] is not None and row["cpu"] > 30:
-                break
-            time.sleep(0.5)
-        assert row is not None and row["cpu"] > 30, row  # a core spinning, measured by the engine
+            return rows[0] if rows else None
+        # a core spinning, measured by the engine
+        eventually(lambda: (row() or {}).get("cpu") is not None and row()["cpu"] > 30, 30,
+                   what=lambda: f"the container's CPU on the page ({row()})")
+        row = row()
         assert row["backend"] == "docker" and row["state"] == "running"
         assert "container" in row["host"] and row["memory"] > 1 << 20
         log = read(page + "api/logs?job=" + name)

@@ -10,6 +10,7 @@ import pytest
 import fiberlite
 from fiberlite.errors import RemoteTraceback
 from fiberlite.managers import BaseManager, BaseProxy, SyncManager
+from waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -18,15 +19,6 @@ pytestmark = pytest.mark.timeout(60)
 def manager():
     with SyncManager() as m:
         yield m
-
-
-def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 # -- targets of child jobs ------------------------------------------------------------------
@@ -348,7 +340,7 @@ def test_objects_are_freed_when_their_last_proxy_is_gone(manager):
     temp = manager.list([1])
     assert manager._number_of_objects() == 2
     del temp
-    assert wait_until(lambda: manager._number_of_objects() == 1)
+    eventually(lambda: manager._number_of_objects() == 1, 10, what="one object left in the server")
 
     # a proxy handed to a child survives its creator dropping it; freed when the child ends
     ready, go, shared = manager.Event(), manager.Event(), manager.list()
@@ -363,7 +355,7 @@ def test_objects_are_freed_when_their_last_proxy_is_gone(manager):
     assert p.exitcode == 0
     assert probe[0][:] == ["still here"]
     del ready, go, probe
-    assert wait_until(lambda: manager._number_of_objects() == 1)
+    eventually(lambda: manager._number_of_objects() == 1, 10, what="one object left in the server")
     assert len(kept) == 0
 
 
@@ -376,7 +368,7 @@ def test_server_threads_of_ended_caller_threads_are_released(manager):
     for t in threads:
         t.join()
     assert len(d) == 5
-    assert wait_until(lambda: manager._number_of_threads() == 1)
+    eventually(lambda: manager._number_of_threads() == 1, 10, what="one thread left in the server")
 
 
 def test_nested_proxies(manager):
@@ -464,7 +456,8 @@ def test_killed_manager_job_fails_waiting_and_later_calls_clearly():
 
     waiter = threading.Thread(target=blocked_get)
     waiter.start()
-    assert wait_until(lambda: m._number_of_threads() == 2)  # the get waits in the server
+    eventually(lambda: m._number_of_threads() == 2, 10,  # the get waits in the server
+               what="a second thread in the server")
     m._process.kill()
     waiter.join(20)
     assert not waiter.is_alive()

@@ -6,7 +6,6 @@ import gc
 import os
 import re
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -16,8 +15,11 @@ import pytest
 import fiberlite
 from fiberlite.errors import AuthenticationError, ConnectionLost
 from fiberlite.managers import NotExposedError, RemoteError, SyncManager
+from fiberlite.managers.calls import _pending
 from fiberlite.managers.remote import url_of
+from fiberlite.runtime.hub import flush
 from remote_managed import CounterProxy, QueueClient, QueueManager, put_numbers, shared_queue
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(90)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -44,10 +46,7 @@ OUTSIDE = textwrap.dedent("""
 
 def run_outside(address, key: bytes, first: int, count: int) -> subprocess.CompletedProcess:
     """A plain Python process, not a job of this run: no FIBERLITE_* in its environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBERLITE_")}
-    env["PYTHONPATH"] = ROOT
-    return subprocess.run([sys.executable, "-c", OUTSIDE, repr(address), key.hex(), str(first),
-                           str(count)], env=env, capture_output=True, text=True, timeout=60)
+    return run_python("-c", OUTSIDE, repr(address), key.hex(), first, count, clean=True, timeout=60)
 
 
 def drain(q, count: int) -> list:
@@ -160,7 +159,8 @@ def test_a_proxy_of_a_shut_down_manager_fails_clearly_at_a_new_manager_on_its_ad
                 use()
         del stale, stale_dict                           # their decrefs must not free kept's
         gc.collect()
-        time.sleep(0.5)
+        assert _pending.sync(30), "the decrefs were not sent"
+        flush()                                         # and handled where they went
         assert second._number_of_objects() == 2
         assert kept[:] == [1, 2] and kept_dict.copy() == {"b": 2}
     finally:

@@ -16,6 +16,7 @@ import pytest
 
 import fiberlite
 from fiberlite.pool import BrokenPoolError, Pool, WorkerLostError
+from interpreters import start_python
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -210,8 +211,7 @@ def test_workers_die_with_their_master(tmp_path, per_job):
             print(" ".join(str(p.pid) for p in pool._pool), flush=True)
             time.sleep(60)
     """))
-    master = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                              cwd=str(tmp_path))
+    master = start_python(script, stdout=subprocess.PIPE, cwd=tmp_path)
     try:
         pids = [int(pid) for pid in master.stdout.readline().split()]
         assert len(pids) == 4

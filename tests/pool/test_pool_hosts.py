@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -15,6 +14,8 @@ import pytest
 
 import fiberlite
 from fiberlite.pool import BrokenPoolError, Pool, WorkerLostError
+from waiting import eventually
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -148,7 +149,7 @@ def test_killed_host_loses_and_duplicates_nothing():
     with Pool(6) as pool:
         result = pool.map_async(nap, range(n), 1)
         first_hosts = {hid: p.pid for hid, p in pool._core.procs.items()}
-        time.sleep(0.3)
+        eventually(lambda: result._progress() > 0, what="the map's first results")
         assert not result.ready(), "the map ended before the host was killed"
         victim = min(first_hosts)
         os.kill(first_hosts[victim], signal.SIGKILL)
@@ -192,8 +193,7 @@ def test_hundreds_of_workers_under_a_soft_open_file_limit_of_256(tmp_path):
                         break
                 print(len(seen), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=str(tmp_path), timeout=170)
+    done = run_python(script, cwd=tmp_path, timeout=170)
     assert done.returncode == 0, done.stderr[-6000:]
     assert done.stdout.split() == ["300", "4096"]
 
@@ -208,8 +208,7 @@ def test_a_pool_that_cannot_fit_the_hard_limit_says_how_to_raise_it(tmp_path):
             fiberlite.init(workers_per_job=1)
             fiberlite.Pool(100)
     """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=str(tmp_path), timeout=60)
+    done = run_python(script, cwd=tmp_path, timeout=60)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert "Pool(100) needs about 400 more open files" in last and "ulimit -n" in last, last
@@ -244,11 +243,9 @@ def test_one_host_forks_hundreds_of_workers_at_once():
     fiberlite.init(workers_per_job=250)
     with Pool(250) as pool:
         assert len(pool._core.procs) == 1
-        seen = set()
-        deadline = time.monotonic() + 60
-        while len(seen) < 250 and time.monotonic() < deadline:
-            seen.update(pool.map(pid_after_a_nap, range(250), 1))
-        assert len(seen) == 250
+        seen: set = set()
+        eventually(lambda: seen.update(pool.map(pid_after_a_nap, range(250), 1)) or len(seen) == 250,
+                   60, what=lambda: f"every worker ran a task ({len(seen)} of 250)")
 
 
 class _Answer:

@@ -11,8 +11,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -30,6 +28,7 @@ from fiberlite.ring.link import NeighbourLink, NeighbourLinkLost
 from fiberlite.wire import auth
 from paths import ROOT
 from raw_peer import say_hello
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -431,8 +430,7 @@ def test_init_torch_distributed_and_tensors():
 
 def test_training_example_matches_single_process():
     script = os.path.join(ROOT, "examples", "ring_training.py")
-    proc = subprocess.run([sys.executable, script, "--steps", "60"], capture_output=True,
-                          text=True, timeout=50, cwd=ROOT)
+    proc = run_python(script, "--steps", "60", timeout=50, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     ring_loss = float(re.search(r"final loss \(ring, 4 ranks\): (\S+)", proc.stdout).group(1))
     single = float(re.search(r"final loss \(single process\): +(\S+)", proc.stdout).group(1))

@@ -3,8 +3,6 @@ order, each once, whether a job's bootstrap or the ``atexit`` hook gets there fi
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 
 from fiberlite.runtime import exit_order
 from paths import ROOT
+from interpreters import run_python
 
 PACKAGE = Path(ROOT) / "fiberlite"
 
@@ -27,8 +26,7 @@ def test_stages_run_in_order_once_each_at_interpreter_exit():
         exit_order.leave(through="children")         # what a job's Process._bootstrap does
         print("--", flush=True)
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=60, cwd=ROOT)
+    result = run_python("-c", script, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     stages = list(exit_order.STAGES)
     cut = stages.index("children") + 1

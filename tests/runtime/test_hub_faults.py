@@ -23,6 +23,7 @@ import pytest
 import fiberlite
 import link_jobs
 from fiberlite.runtime.hub import get_hub
+from waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 ROUNDS = int(os.environ.get("FIBERLITE_KILL_ROUNDS", "2"))
@@ -169,10 +170,8 @@ def test_a_receipt_goes_with_the_next_request_or_on_its_own_soon_after():
         # the receipt for "first" came with the put, handled before it
         assert all("first" not in [p.unpack() for p in lent.values()] for lent in channel.lent.values())
         # "second" is got, and its receipt leaves on its own: nothing is lent any more
-        deadline = time.monotonic() + 30
-        while (channel.items or channel.lent) and time.monotonic() < deadline:
-            time.sleep(0.01)  # (polling the owner's state, with a deadline)
-        assert not channel.items and not channel.lent
+        eventually(lambda: not channel.items and not channel.lent,
+                   what=lambda: f"the queue emptied (items {channel.items}, lent {channel.lent})")
     finally:
         job.kill()
         job.join(30)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
-import sys
 import threading
 
 import pytest
 
 from fiberlite.runtime.scheduler import Scheduler
+from interpreters import start_python
 from fiberlite.wire.client import Client
 from fiberlite.wire.server import Server
 
@@ -79,14 +78,12 @@ def test_every_request_of_a_killed_peer_is_handled_before_it_is_reported_lost():
     recorder = Recorder()
     server = Server(KEY, "127.0.0.1", recorder.handle, recorder.peer_lost, scheduler.call_soon)
     asker = Client(server.address, KEY)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     try:
         for _ in range(ROUNDS):
             recorder.events.clear()
             recorder.killed.clear()
             recorder.lost.clear()
-            client = subprocess.Popen([sys.executable, "-c", CLIENT, server.address, KEY.hex(), str(COUNT)],
-                                      env=env)
+            client = start_python("-c", CLIENT, server.address, KEY.hex(), COUNT)
             assert client.wait(60) == -9
             recorder.killed.set()
             assert recorder.lost.wait(30), "the killed client's connection was never reported lost"

@@ -1,11 +1,8 @@
 """The ``tls`` setting: traffic between jobs over TLS keyed by the run's key."""
 from __future__ import annotations
 
-import os
 import pickle
 import socket
-import subprocess
-import sys
 import textwrap
 
 import pynng
@@ -17,6 +14,7 @@ from fiberlite.wire import tls
 from fiberlite.wire.client import Client
 from fiberlite.wire.server import Server
 from unpickle_trap import Trace
+from interpreters import run_python
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -106,9 +104,7 @@ SCRIPT = textwrap.dedent("""
 def test_a_run_with_tls_uses_it_for_queues_pipes_and_ring_reductions(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
-    env = dict(os.environ, FIBERLITE_TLS="1")
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                         timeout=100)
+    out = run_python(script, env={"FIBERLITE_TLS": "1"}, timeout=100)
     assert out.returncode == 0, out.stderr
     first, second = out.stdout.splitlines()
     assert first == "tls+tcp 42 42"

@@ -9,11 +9,9 @@ victim's memory and descriptors are watched from outside (psutil).
 from __future__ import annotations
 
 import collections
-import os
 import socket
 import struct
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -22,6 +20,7 @@ import psutil
 import pytest
 
 from fiberlite.wire import tls
+from interpreters import start_python
 
 pytestmark = pytest.mark.timeout(180)
 MiB = 1 << 20
@@ -126,9 +125,8 @@ def announce_huge(address: str, sent: list[int]) -> None:
 def test_a_flood_without_the_key_costs_bounded_memory_and_descriptors(tmp_path):
     script = tmp_path / "victim.py"
     script.write_text(VICTIM)
-    env = dict(os.environ, FIBERLITE_BACKEND="local", FIBERLITE_AUTH_PENDING_LIMIT=str(LIMIT))
-    victim = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
+    victim = start_python(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          env={"FIBERLITE_BACKEND": "local", "FIBERLITE_AUTH_PENDING_LIMIT": str(LIMIT)})
     flood: collections.deque[socket.socket] = collections.deque()
     stop = threading.Event()
     flooding = threading.Thread()

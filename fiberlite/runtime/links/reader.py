@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from ...wire import link as links
+from ...wire import link as links, threads
 from ...wire.codec import Payload
 from ...wire.link import Link, LinkError, LinkTimeout
 from ...wire.tls import host_port
@@ -186,8 +186,7 @@ class _LinkMailbox(Servant):
 def _start_unlink(reader: LinkedReader, sent: int) -> None:
     """Hand back what ``reader`` has not read, on a thread of its own (it waits for frames
     and the owner's answer: not on the hub's thread)."""
-    threading.Thread(target=reader.unlink, args=(sent,), daemon=True,
-                     name="fiberlite-unlink").start()
+    threads.start(reader.unlink, sent, name="fiberlite-unlink")
 
 
 _registry_lock = threading.Lock()
@@ -294,10 +293,8 @@ def unlink_all(timeout: float = UNLINK_AT_EXIT_SECONDS) -> None:
     readers = list(_readers.values())
     if not readers:
         return
-    thread = threading.Thread(target=lambda: [unlink_own(r.ref, r.end) for r in readers],
-                              daemon=True, name="fiberlite-unlink-at-exit")
-    thread.start()
-    thread.join(timeout)
+    threads.run_for(lambda: [unlink_own(r.ref, r.end) for r in readers], timeout,
+                    name="fiberlite-unlink-at-exit")
 
 
 exit_order.at_exit("links", unlink_all)

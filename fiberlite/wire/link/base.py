@@ -4,6 +4,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable, Protocol
 
+from .. import threads
+
 # what a reader sends (nng) or counts (local) for each item it consumed: the writer keeps
 # a copy of each item until then
 ACK = b"\x07"
@@ -95,5 +97,4 @@ class LossCallbacks:
     def _call_lost(callbacks: list) -> None:
         """Run ``callbacks`` on a thread of their own (never on a thread the transport owns)."""
         if callbacks:
-            threading.Thread(target=lambda: [cb() for cb in callbacks], daemon=True,
-                             name="fiberlite-link-lost").start()
+            threads.start(lambda: [cb() for cb in callbacks], name="fiberlite-link-lost")

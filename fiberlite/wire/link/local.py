@@ -20,7 +20,6 @@ of every local link whose peer hangs up, for :meth:`LocalLink.on_lost`.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import secrets
 import select
@@ -28,17 +27,16 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .. import auth
 from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
-from .sockets import Backlog, rest_of, unwatch, watch
+from .sockets import Backlog, ack_lane, new_ack_lane, rest_of, tune, unwatch, watch
 
 SCHEME = "local://"
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 HANDSHAKE_TIMEOUT = 10.0
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
-SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
@@ -47,33 +45,6 @@ _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 def available() -> bool:
     """Whether this system has abstract Unix sockets and eventfd (Linux)."""
     return hasattr(os, "eventfd") and hasattr(socket, "AF_UNIX") and os.uname().sysname == "Linux"
-
-
-def _ack_lane(fd: int) -> memoryview:
-    """The shared acknowledgement count behind ``fd`` (a memfd), as a one-item view."""
-    try:
-        area = mmap.mmap(fd, 4)
-    finally:
-        os.close(fd)
-    return memoryview(area).cast("I")
-
-
-def _new_ack_lane() -> tuple[int, memoryview]:
-    fd = os.memfd_create("fiberlite-link-acks", os.MFD_CLOEXEC)
-    os.ftruncate(fd, 4)
-    return os.dup(fd), _ack_lane(fd)
-
-
-def _tune(sock: socket.socket) -> None:
-    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
-        except OSError:
-            pass
-    sock.setblocking(True)
-    sock.settimeout(None)
-    # a receive that waits for ever wakes this often to see whether it was cancelled
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, CANCEL_CHECK_US))
 
 
 class LocalLink(LossCallbacks):
@@ -151,7 +122,7 @@ class LocalLink(LossCallbacks):
                 os.close(fd)
             return None
         try:
-            return _ack_lane(fds[0])
+            return ack_lane(fds[0])
         except (OSError, ValueError):
             return None
 
@@ -168,7 +139,7 @@ class LocalLink(LossCallbacks):
             except ConnectionRefusedError:
                 raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
             auth.prove_on(sock, key, address, deadline)
-            fd, lane = _new_ack_lane()
+            fd, lane = new_ack_lane()
             try:
                 socket.send_fds(sock, [b"A"], [fd])
             finally:
@@ -187,7 +158,7 @@ class LocalLink(LossCallbacks):
         return link
 
     def _connected(self, sock: socket.socket) -> bool:
-        _tune(sock)
+        tune(sock, CANCEL_CHECK_US)
         with self._lock:
             if self._closed:
                 sock.close()

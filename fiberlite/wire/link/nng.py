@@ -18,7 +18,7 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from .. import auth, doorman, tls, tls_watch
+from .. import auth, doorman, threads, tls, tls_watch
 from ..binding import bind_host
 from ..guard import CallGuard
 from ..nngio import TimedAio, message_of, take_frame
@@ -296,7 +296,7 @@ class NngLink(LossCallbacks):
 
     def _pipe_removed(self, pipe) -> None:
         if self._handshaking and self._peer is None:  # the peer gave up on the handshake
-            threading.Thread(target=self.cancel, daemon=True).start()
+            threads.start(self.cancel, name="fiberlite-link-cancel")
         with self._lock:
             if self._peer is None:
                 self._ended_early.add(pipe.id)

@@ -1,14 +1,52 @@
-"""What local links share beyond one socket: the process's watch for peers that hang up
-(:class:`Watch`, one thread while any local link is open), and the rest of a frame a
-sender could not wait for (:class:`Backlog`, written by a thread of its own).
+"""What local links need beyond their frames: the socket's settings (:func:`tune`), the
+acknowledgement count both ends map (:func:`new_ack_lane`, :func:`ack_lane`), the
+process's watch for peers that hang up (:class:`Watch`, one thread while any local link
+is open), and the rest of a frame a sender could not wait for (:class:`Backlog`,
+written by a thread of its own).
 """
 from __future__ import annotations
 
+import mmap
 import os
 import select
+import socket
+import struct
 import threading
 import time
 from typing import Callable
+
+SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
+
+from .. import threads
+
+
+def ack_lane(fd: int) -> memoryview:
+    """The shared acknowledgement count behind ``fd`` (a memfd), as a one-item view."""
+    try:
+        area = mmap.mmap(fd, 4)
+    finally:
+        os.close(fd)
+    return memoryview(area).cast("I")
+
+
+def new_ack_lane() -> tuple[int, memoryview]:
+    fd = os.memfd_create("fiberlite-link-acks", os.MFD_CLOEXEC)
+    os.ftruncate(fd, 4)
+    return os.dup(fd), ack_lane(fd)
+
+
+def tune(sock: socket.socket, cancel_check_us: int) -> None:
+    """Buffers as large as the kernel gives, blocking mode, and a receive that waits for
+    ever woken every ``cancel_check_us`` microseconds."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
+    sock.setblocking(True)
+    sock.settimeout(None)
+    # a receive that waits for ever wakes this often to see whether it was cancelled
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, cancel_check_us))
 
 
 def rest_of(parts: list, sent: int) -> list:
@@ -27,8 +65,7 @@ class Backlog:
 
     def __init__(self, write: Callable[[], object]) -> None:
         self._done = threading.Event()
-        threading.Thread(target=self._run, args=(write,), daemon=True,
-                         name="fiberlite-link-backlog").start()
+        threads.start(self._run, write, name="fiberlite-link-backlog")
 
     def _run(self, write: Callable[[], object]) -> None:
         try:
@@ -49,7 +86,7 @@ class Watch:
         self._stop = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll.register(self._stop, select.EPOLLIN)
         self._calls: dict[int, Callable[[], None]] = {}
-        threading.Thread(target=self._run, daemon=True, name="fiberlite-link-watch").start()
+        threads.start(self._run, name="fiberlite-link-watch")
 
     def add(self, fd: int, hung_up: Callable[[], None]) -> None:
         self._calls[fd] = hung_up

@@ -1,7 +1,7 @@
 """Headless Chromium for the browser tests.
 
 ``ensure_chromium()`` installs Debian's ``chromium`` and ``chromium-driver`` with apt
-once per test session when they are missing (as tests/docker_env.py installs Docker)
+once per test session when they are missing (as tests/support/docker_env.py installs Docker)
 and returns the paths of the browser and its driver. Failure raises RuntimeError:
 browser tests fail loudly, never skip.
 """

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 IMAGE = os.environ.get("FIBERLITE_IMAGE", "fiberlite:test")
-SETUP_SCRIPT = Path(__file__).resolve().parent.parent / ".ci" / "docker_setup.sh"
+SETUP_SCRIPT = Path(__file__).resolve().parents[2] / ".ci" / "docker_setup.sh"
 # First run on a fresh machine: apt install + debootstrap + wheels + build.
 TIMEOUT = float(os.environ.get("FIBERLITE_DOCKER_SETUP_TIMEOUT", "1200"))
 

@@ -196,3 +196,22 @@ def report_key_exposure(q, go=None) -> None:
            "container": os.environ.get("FIBERLITE_DOCKER_CONTAINER")})
     if go is not None:
         go.get()
+
+
+def report_parent(q) -> None:
+    """Report this job's parent as both APIs see it; once the parent is gone, report
+    again, with what its sentinel and ``is_alive`` say then."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+    parent = fiberlite.parent_process()
+    q.put((parent.pid, parent.name, multiprocessing.parent_process() is parent,
+           wait([parent.sentinel], timeout=0), parent.is_alive()))
+    ready = wait([parent.sentinel], timeout=60)
+    q.put((ready == [parent.sentinel], parent.is_alive()))
+
+
+def start_reporting_child(q) -> None:
+    """Start a child that reports its parent (this job), then wait to be ended."""
+    fiberlite.Process(target=report_parent, args=(q,)).start()
+    q.put(("middle", os.getpid(), fiberlite.current_process().name))
+    time.sleep(600)

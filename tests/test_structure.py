@@ -1,0 +1,183 @@
+"""The shape of the code, read with ``ast`` from ``fiberlite/``: no import cycle (imports
+inside functions count), imports that point down (the low modules and the wire import
+nothing above them; a backend only ``backends/base``, its own subpackage and what is
+below), and no module over 500 lines.
+
+What is wrong today is listed in ALLOWED_* below, each entry to be removed by the change
+that fixes it: an entry that no longer applies fails the test, so the lists only shrink.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Iterator
+
+from paths import ROOT
+
+PACKAGE = "fiberlite"
+MAX_LINES = 500
+LOW = {"fiberlite.errors", "fiberlite.units", "fiberlite.config"}  # used by every layer
+
+# -- known offenders: remove an entry with the change that fixes it ----------------------------
+ALLOWED_LONG = {
+    "fiberlite/wire/doorman.py",
+}
+ALLOWED_CYCLES: list[set[str]] = []
+ALLOWED_UPWARD = {
+    # config.py reads the backends' names (inside a function) to check the setting
+    ("fiberlite.config", "fiberlite.backends"),
+}
+
+
+def modules() -> dict[str, str]:
+    """Every module of the package: dotted name -> path."""
+    found = {}
+    for folder, _, files in os.walk(os.path.join(ROOT, PACKAGE)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                found[dotted.removesuffix(".__init__")] = path
+    return found
+
+
+def _type_checking_only(tree: ast.AST) -> set[ast.AST]:
+    """The import statements under ``if TYPE_CHECKING:`` (never executed)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(n for body in node.body for n in ast.walk(body))
+    return skipped
+
+
+def imports_of(name: str, path: str, known: dict[str, str]) -> Iterator[str]:
+    """The modules of the package that module ``name`` imports, anywhere in it."""
+    with open(path, encoding="utf-8") as file:
+        tree = ast.parse(file.read(), path)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    skipped = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if node in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            # ``from . import hub`` imports the module hub; ``from .hub import X``, hub
+            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in known else module
+                       for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target not in known and "." in target:
+                target = target.rpartition(".")[0]
+            if target in known and target != name:
+                yield target
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: set(imports_of(name, path, known)) for name, path in known.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(group)
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def allowed_targets(name: str) -> set[str] | None:
+    """What ``name`` may import, if a rule limits it: the low modules only the low ones;
+    the wire only itself and them; a backend its own subpackage, ``backends`` and
+    ``backends.base``, the wire and the low modules."""
+    if name in LOW:
+        return set(LOW)
+    if name.startswith("fiberlite.wire"):
+        return {"fiberlite.wire*"} | LOW
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[1] == "backends" and parts[2] != "base":
+        return {".".join(parts[:3]) + "*", "fiberlite.backends", "fiberlite.backends.base",
+                "fiberlite.wire*"} | LOW
+    return None
+
+
+def _matches(target: str, allowed: set[str]) -> bool:
+    return any(target == a or (a.endswith("*") and (target == a[:-1] or target.startswith(a[:-1] + ".")))
+               for a in allowed)
+
+
+def test_no_import_cycle():
+    found = cycles(import_graph())
+    unexpected = [sorted(group) for group in found if group not in ALLOWED_CYCLES]
+    assert not unexpected, f"import cycles (imports inside functions count): {unexpected}"
+    fixed = [sorted(group) for group in ALLOWED_CYCLES if group not in found]
+    assert not fixed, f"no longer a cycle: remove it from ALLOWED_CYCLES: {fixed}"
+
+
+def test_imports_point_down():
+    graph = import_graph()
+    upward = set()
+    for name, targets in graph.items():
+        allowed = allowed_targets(name)
+        if allowed is not None:
+            upward.update((name, t) for t in targets if not _matches(t, allowed))
+    assert upward <= ALLOWED_UPWARD, f"imports that point up: {sorted(upward - ALLOWED_UPWARD)}"
+    fixed = ALLOWED_UPWARD - upward
+    assert not fixed, f"no longer there: remove it from ALLOWED_UPWARD: {sorted(fixed)}"
+
+
+def test_no_module_over_500_lines():
+    lengths = {}
+    for path in modules().values():
+        with open(path, encoding="utf-8") as file:
+            lengths[os.path.relpath(path, ROOT)] = sum(1 for _ in file)
+    long = {path for path, count in lengths.items() if count > MAX_LINES}
+    assert long <= ALLOWED_LONG, "modules over %d lines: %s" % (
+        MAX_LINES, {path: lengths[path] for path in sorted(long - ALLOWED_LONG)})
+    fixed = ALLOWED_LONG - long
+    assert not fixed, f"{MAX_LINES} lines or fewer now: remove them from ALLOWED_LONG: {sorted(fixed)}"
+
+
+def test_the_checks_see_what_they_look_for(tmp_path):
+    """The walk finds relative imports inside a function (not those only for type
+    checkers), and a cycle."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
+    known = {"fiberlite.x": "", "fiberlite.y": "", "fiberlite.pkg": "", "fiberlite.pkg.z": ""}
+    source = tmp_path / "x.py"
+    source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import pkg\n"
+                      "def f():\n    from .pkg import z\n    from .y import thing\n")
+    assert sorted(imports_of("fiberlite.x", str(source), known)) == ["fiberlite.pkg.z", "fiberlite.y"]
