@@ -142,6 +142,7 @@ class Queue:
 
     _joinable = False
     _servant: QueueServant | None = None  # when it lives in this process
+    _used = False  # put into from this process: close() then closes it for empty() too
 
     def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
         if maxsize < 0:
@@ -163,6 +164,7 @@ class Queue:
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
         """Put ``obj``; when the queue is full wait up to ``timeout`` (``queue.Full`` after)."""
         self._check_open()
+        self._used = True
         if self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
         else:  # an unbounded queue never makes a put wait
@@ -183,6 +185,8 @@ class Queue:
         return self._ref.call("qsize")
 
     def empty(self) -> bool:
+        if self._closed and self._used:  # as multiprocessing's, whose close() takes effect
+            raise OSError("handle is closed")  # once a put started its feeder thread
         return self.qsize() == 0
 
     def full(self) -> bool:
@@ -247,6 +251,8 @@ class SimpleQueue:
         return route.receive(self._ref, GET, self._servant).unpack()
 
     def empty(self) -> bool:
+        if self._closed:
+            raise OSError("handle is closed")
         return self._ref.call("qsize") == 0
 
     def close(self) -> None:

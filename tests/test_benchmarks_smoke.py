@@ -107,9 +107,9 @@ def test_primitives_table_goes_on_past_failures(tmp_path):
     package = tmp_path / "broken" / "fiberlite"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(BROKEN_FIBERLITE)
-    command = [sys.executable, os.path.join(BENCHMARKS, "bench_primitives.py"), "--quick", "--timeout", "8",
-               "--rows", "lock,rlock,value_read", "--before", str(tmp_path / "broken")]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = run_python(os.path.join(BENCHMARKS, "bench_primitives.py"), "--quick", "--timeout", "8",
+                      "--rows", "lock,rlock,value_read", "--before", tmp_path / "broken",
+                      cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     rows = {line.split("|")[0].strip(): line for line in done.stdout.splitlines() if "|" in line}
     assert "fails: timed out: no answer within 8 s" in rows["Lock acquire+release, creating process"]

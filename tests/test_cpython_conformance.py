@@ -229,10 +229,6 @@ class TestSubclassingProcess(FiberliteMixin, cpy._TestSubclassingProcess, unitte
 
 
 # -- queues ---------------------------------------------------------------------------------
-CLOSED_EMPTY = ("empty() on a closed queue that was used returns instead of raising "
-                "OSError('handle is closed') (CPython 3.13's suite tests it; every version behaves so)")
-
-
 @select(not_applicable={
     "test_queue_feeder_donot_stop_onexc":
         FEEDER + " (an unpicklable item is dropped there); fiberlite pickles in put() "
@@ -241,13 +237,12 @@ CLOSED_EMPTY = ("empty() on a closed queue that was used returns instead of rais
         FEEDER + "'s private hook _on_queue_feeder_error",
     "test_no_import_lock_contention":
         "the module it writes and imports uses the stdlib's multiprocessing by name",
-}, gaps={"test_closed_queue_empty_exceptions": CLOSED_EMPTY})
+})
 class TestQueue(FiberliteMixin, cpy._TestQueue, unittest.TestCase):
     pass
 
 
-@select(not_applicable={"test_closed": "checks private attributes _reader/_writer"},
-        gaps={"test_empty_exceptions": CLOSED_EMPTY.replace("that was used ", "")})
+@select(not_applicable={"test_closed": "checks private attributes _reader/_writer"})
 class TestSimpleQueue(cpy.TestSimpleQueue):
     def setUp(self):
         _use_fiberlite(self)
@@ -334,16 +329,15 @@ class _SharedMemoryView(types.ModuleType):
         return getattr(multiprocessing.shared_memory, name)
 
 
-SHARED_MEMORY_MANAGER = ("multiprocessing.managers.SharedMemoryManager: fiberlite has no "
-                         "SharedMemoryManager yet")
+SHARED_MEMORY_MANAGER = ("tests the standard library's SharedMemoryManager, which "
+                         "fiberlite.managers re-exports as it is (its server a process of this "
+                         "machine, as its blocks are)")
 
 
 @select(
     not_applicable={
         "test_shared_memory_SharedMemoryManager_reuses_resource_tracker":
             "runs a script that uses the standard library's SharedMemoryManager by name",
-    },
-    missing={
         "test_shared_memory_SharedMemoryManager_basics": SHARED_MEMORY_MANAGER,
         "test_shared_memory_SharedMemoryServer_ignores_sigint": SHARED_MEMORY_MANAGER,
     })

@@ -143,3 +143,19 @@ def test_queue_created_in_child_is_reachable():
     assert p.pid in pids and len(pids) == 2
     p.kill()
     p.join()
+
+
+def test_empty_on_a_closed_queue_raises_as_the_stdlib_does():
+    for q in (fiberlite.Queue(), fiberlite.JoinableQueue()):
+        q.close()  # not put into yet: close() takes effect later, as in the stdlib
+        assert q.empty()
+    for q in (fiberlite.Queue(), fiberlite.JoinableQueue(), fiberlite.SimpleQueue()):
+        q.put(1)
+        assert q.get() == 1 and q.empty()
+        q.close()
+        with pytest.raises(OSError, match="is closed"):
+            q.empty()
+    q = fiberlite.SimpleQueue()
+    q.close()
+    with pytest.raises(OSError, match="is closed"):  # a SimpleQueue's close() at once
+        q.empty()

@@ -24,6 +24,14 @@ def fill(block, list_, count):
     list_[1] = count
 
 
+def fill_named(block_name, list_name, count):
+    """In a job: attach (by name, with fiberlite's classes) and fill."""
+    block, items = SharedMemory(block_name), ShareableList(name=list_name)
+    fill(block, items, count)
+    block.close()
+    items.shm.close()
+
+
 def report_level(q):
     q.put(fiberlite.util.get_logger().getEffectiveLevel())
 
@@ -86,3 +94,17 @@ def test_thread_backed_api_and_pool_names():
     q.put("thread")
     assert q.get() == "thread"
     assert issubclass(fiberlite.pool.RemoteTraceback, Exception)
+
+
+def test_a_shared_memory_manager_hands_blocks_to_jobs_and_unlinks_them():
+    from fiberlite.managers import SharedMemoryManager
+    with SharedMemoryManager() as smm:
+        block, items = smm.SharedMemory(size=64), smm.ShareableList(["placeholder text here", 0])
+        job = fiberlite.Process(target=fill_named, args=(block.name, items.shm.name, 10))
+        job.start()
+        job.join(30)
+        assert job.exitcode == 0
+        assert bytes(block.buf[:10]) == bytes(range(10)) and items[1] == 10
+        name = block.name
+    with pytest.raises(FileNotFoundError):  # unlinked when the manager shut down
+        SharedMemory(name)

@@ -31,7 +31,14 @@ The modules, from the server out:
 - :mod:`.proxies`: ``BaseProxy``, ``AutoProxy`` and the proxy types of ``SyncManager``;
 - :mod:`.remote`: serving a manager at an address with its own key;
 - :mod:`.manager`: ``BaseManager`` and ``SyncManager``, which start the server job.
+
+``SharedMemoryManager`` is the standard library's: its blocks (``SharedMemory``,
+``ShareableList``) are memory of one machine, and so is its server, a process of this
+machine that unlinks them when it shuts down; jobs of this machine use them
+(:mod:`fiberlite.shared_memory`).
 """
+from multiprocessing.managers import SharedMemoryManager, SharedMemoryServer  # noqa: F401
+
 from ..errors import RemoteTraceback
 from .calls import NotExposedError, RemoteError, Token
 from .manager import Array, BaseManager, Namespace, SyncManager, Value
@@ -47,4 +54,4 @@ __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "Namespace", "Val
            "AcquirerProxy", "ConditionProxy", "EventProxy", "BarrierProxy", "NamespaceProxy",
            "ValueProxy", "ArrayProxy", "BaseListProxy", "ListProxy", "BaseDictProxy",
            "DictProxy", "BasePoolProxy", "PoolProxy", "RemoteTraceback", "RemoteError",
-           "NotExposedError", "Server"]
+           "NotExposedError", "Server", "SharedMemoryManager", "SharedMemoryServer"]
