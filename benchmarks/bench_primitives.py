@@ -22,6 +22,7 @@ Run: ``python benchmarks/bench_primitives.py [--quick] [--share-machine on|off|b
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import multiprocessing
 import os
@@ -57,8 +58,11 @@ def calibrate(fixture: Fixture, sample: float, limit: float) -> int:
         count *= 2
 
 
-def serve(library: str) -> None:
-    """(``--serve LIBRARY``) Answer one JSON request a line on stdin, one JSON reply a line."""
+def serve(library: str, timeout: float) -> None:
+    """(``--serve LIBRARY``) Answer one JSON request a line on stdin, one JSON reply a line.
+    A request not answered a second before ``timeout`` (when the side is killed) prints
+    every thread's stack to stderr first, so that a hang shows where it waits."""
+    faulthandler.enable()
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever else prints (children included) goes to stderr
     if library == MP:
@@ -73,6 +77,7 @@ def serve(library: str) -> None:
     count = 1
     for line in sys.stdin:
         request = json.loads(line)
+        faulthandler.dump_traceback_later(max(1.0, timeout - 1.0))
         reply: dict[str, Any] = {}
         try:
             op = request["op"]
@@ -99,6 +104,7 @@ def serve(library: str) -> None:
                     closing.close()
         except Exception as exc:
             reply = {"error": one_line(exc)}
+        faulthandler.cancel_dump_traceback_later()
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
     if fixture is not None:
@@ -122,7 +128,8 @@ class Side:
         progress(f"starting the side {self.label} ...")
         self.lines = queue.Queue()
         self.process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--serve", self.library],
+            [sys.executable, os.path.abspath(__file__), "--serve", self.library,
+             "--timeout", str(self.timeout)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=self.env,
             cwd=self.root or os.getcwd(), start_new_session=True)  # its own group: killed whole
         threading.Thread(target=self._read, args=(self.process.stdout, self.lines), daemon=True).start()
@@ -353,7 +360,7 @@ def main() -> None:
     p.add_argument("--serve", choices=(MP, FIBERLITE), help=argparse_hidden())
     args = p.parse_args()
     if args.serve:
-        return serve(args.serve)
+        return serve(args.serve, args.timeout)
     rounds = args.rounds or sized(args, 7, 2)
     sample = args.sample or sized(args, 0.25, 0.02)
     keys = args.rows.split(",") if args.rows else list(BY_KEY)
