@@ -61,3 +61,21 @@ def machine_path(request, monkeypatch):
         monkeypatch.setattr(config, "_overrides", dict(config._overrides, share_machine=False))
         monkeypatch.setattr(config, "_resolved", None)
     return request.param
+
+
+def pytest_collection_finish(session):
+    """When the cross-version tests are selected, start the other Pythons' subsets now,
+    before any test runs, so that they run beside the rest of the suite (their output
+    goes to files: no descriptor of this process changes while the tests run)."""
+    if session.config.option.collectonly:
+        return
+    if any(item.nodeid.startswith("tests/test_python_versions.py") for item in session.items):
+        import python_versions
+        python_versions.start()
+
+
+def pytest_sessionfinish(session):
+    import python_versions
+    subsets = python_versions.started()
+    if subsets is not None:
+        subsets.stop()

@@ -1,0 +1,205 @@
+"""The other supported Pythons' runs of a named subset of the suite: each in a
+virtualenv of its own (the project installed editable, with pytest; not the test extra,
+whose torch is for one version), kept in the user's cache, keyed by the interpreter,
+this checkout, pyproject.toml and the sources of the C extensions (built in place for
+each Python); a new one takes about 20 s.
+
+:func:`start` launches the three side by side, niced, with their output in files, as
+soon as the suite is collected (``conftest.py``), so that they run while the rest of the
+suite does; ``tests/test_python_versions.py`` waits for them and reads their results.
+"""
+from __future__ import annotations
+
+import fcntl
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+
+from paths import ROOT
+
+VERSIONS = ["3.10", "3.12", "3.13"]
+
+# the subset, by test file (the docker-marked tests in them are left out)
+SUBSET = [
+    "tests/test_exit.py",                   # the exit shapes, stderr empty
+    "tests/test_examples.py::test_quickstart",  # the README's demo, stderr empty
+    "tests/test_cpython_conformance.py",    # CPython's tests, this Python's version of them
+    "tests/test_process.py",
+    "tests/pool/test_pool.py",
+    "tests/test_queues.py",
+    "tests/connection/test_pipe.py",
+    "tests/managers/test_managers.py",
+]
+# left out, to keep the subset near a minute: CPython's tests of the synchronization
+# primitives (a third of the conformance run) and the pool's two slowest tests (how
+# tasks spread over workers: nothing a Python version changes); 3.11 runs them all
+LEFT_OUT = [*(f"tests/test_cpython_conformance.py::{name}" for name in
+              ("TestLock", "TestSemaphore", "TestCondition", "TestEvent", "TestBarrier")),
+            "tests/pool/test_pool.py::test_long_tasks_spread_over_all_workers",
+            "tests/pool/test_pool.py::test_maxtasksperchild_replaces_workers"]
+MIN_PASSED = 150  # fewer passing means the subset did not really run (each runs 200+)
+
+RUN_SECONDS = 480  # what one version's subset may take, from its start
+
+
+def find_python(version: str) -> str | None:
+    """The newest installed interpreter of ``version`` (pyenv's, else on PATH)."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}"))
+    found = [p for p in found if re.fullmatch(rf"{re.escape(version)}\.\d+", p.split(os.sep)[-3])]
+    if found:
+        return max(found, key=lambda p: int(p.split(os.sep)[-3].rsplit(".", 1)[1]))
+    return shutil.which(f"python{version}")
+
+
+def _project() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
+        return tomllib.load(file)
+
+
+def _requirements() -> list[str]:
+    """pytest and pytest-timeout as the test extra pins them."""
+    test_extra = _project()["project"]["optional-dependencies"]["test"]
+    return [r for r in test_extra if re.match(r"pytest(-timeout)?\b", r)]
+
+
+def _extensions() -> list[dict]:
+    """The C extensions the install builds (in place, for each Python)."""
+    return _project().get("tool", {}).get("setuptools", {}).get("ext-modules", [])
+
+
+def _build_inputs() -> bytes:
+    """What an install builds from: pyproject.toml and the extensions' sources."""
+    parts = []
+    for path in ["pyproject.toml", *(s for ext in _extensions() for s in ext["sources"])]:
+        with open(os.path.join(ROOT, path), "rb") as file:
+            parts.append(file.read())
+    return b"\0".join(parts)
+
+
+def _usable(venv_python: str) -> bool:
+    """Whether the package and its built extensions import there (a checkout cleaned of
+    the in-place builds, or moved, needs a new install)."""
+    modules = ["fiberlite", *(ext["name"] for ext in _extensions())]
+    done = subprocess.run([venv_python, "-c", f"import {', '.join(modules)}"], cwd=ROOT,
+                          capture_output=True, timeout=60)
+    return done.returncode == 0
+
+
+def virtualenv(python: str, held: list) -> str:
+    """The python of a virtualenv for ``python`` with this checkout installed, built once.
+    Its lock file stays open in ``held`` (shared) while it is used; older virtualenvs of
+    the same interpreter that nobody uses are removed."""
+    key = hashlib.sha256(b"\0".join([os.path.realpath(python).encode(), ROOT.encode(),
+                                      _build_inputs()])).hexdigest()[:16]
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                         "fiberlite-tests")
+    os.makedirs(cache, exist_ok=True)
+    name = os.path.basename(python)
+    home = os.path.join(cache, f"{name}-{key}")
+    built = os.path.join(home, "built")
+    lock = open(home + ".lock", "w")
+    held.append(lock)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # another run may build the same one now
+    venv_python = os.path.join(home, "bin", "python")
+    if not (os.path.exists(built) and _usable(venv_python)):
+        shutil.rmtree(home, ignore_errors=True)
+        for step in ([python, "-m", "venv", home],
+                     [venv_python, "-m", "pip", "install", "-q",
+                      "-e", ROOT, *_requirements()]):
+            done = subprocess.run(step, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, f"{' '.join(step)} failed:\n{done.stdout}{done.stderr}"
+        open(built, "w").close()
+    fcntl.flock(lock, fcntl.LOCK_SH)  # in use: not removed by another run
+    _remove_unused(cache, name, keep=home)
+    return venv_python
+
+
+def _remove_unused(cache: str, name: str, keep: str) -> None:
+    """Remove the virtualenvs of ``name`` other than ``keep`` that no run holds."""
+    for other in glob.glob(os.path.join(cache, f"{name}-*.lock")):
+        if other == keep + ".lock":
+            continue
+        with open(other, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # another run uses or builds it
+            shutil.rmtree(other[:-len(".lock")], ignore_errors=True)
+            os.unlink(other)
+
+
+
+
+@dataclass
+class Subset:
+    """One version's run of the subset: its process (None: that Python is not
+    installed) and the file its output goes to."""
+    version: str
+    process: subprocess.Popen | None = None
+    output_path: str = ""
+
+    def output(self) -> str:
+        with open(self.output_path, errors="replace") as file:
+            return file.read()
+
+
+@dataclass
+class Subsets:
+    """The runs started by :func:`start`, and the virtualenvs' locks held while they run."""
+    runs: dict[str, Subset] = field(default_factory=dict)
+    held: list = field(default_factory=list)
+    folder: str = ""
+
+    def stop(self) -> None:
+        """Kill what still runs, release the virtualenvs."""
+        for run in self.runs.values():
+            if run.process is not None and run.process.poll() is None:
+                run.process.kill()
+                run.process.wait()
+        for lock in self.held:
+            lock.close()
+        self.held.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_started: Subsets | None = None
+
+
+def start() -> Subsets:
+    """Start each installed version's subset (once per session), side by side."""
+    global _started
+    if _started is not None:
+        return _started
+    subsets = Subsets(folder=tempfile.mkdtemp(prefix="fiberlite-versions-"))
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FIBERLITE_", "PYTEST_")) and k != "PYTHONPATH"}
+    for version in VERSIONS:
+        run = subsets.runs[version] = Subset(version)
+        python = find_python(version)
+        if python is None:
+            continue
+        command = ["nice", "-n", "5", virtualenv(python, subsets.held), "-m", "pytest", "-q",
+                   "-p", "no:cacheprovider", "-m", "not docker and not kubernetes", *SUBSET,
+                   *(arg for test in LEFT_OUT for arg in ("--deselect", test))]
+        run.output_path = os.path.join(subsets.folder, f"{version}.log")
+        with open(run.output_path, "w") as output:  # a file, not a pipe: nothing held open here
+            run.process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
+                                           stdin=subprocess.DEVNULL, stdout=output,
+                                           stderr=subprocess.STDOUT)
+    _started = subsets
+    return subsets
+
+
+def started() -> Subsets | None:
+    """The runs :func:`start` launched in this session, if it did."""
+    return _started
