@@ -31,6 +31,7 @@ KINDS = {
     "parse_count": "whole number",
     "parse_address": "`host:port`, a port (loopback), or `off`",
     "_positive_count": "whole number (>= 1)",
+    "_working_dir": "a directory, or `off`",
 }
 
 
