@@ -6,6 +6,7 @@ image, created through the API server double) and on a Docker engine reached ove
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -42,6 +43,29 @@ JOB = textwrap.dedent("""
 MYLIB = textwrap.dedent("""
     import os
     from .version import VERSION
+
+    def here():
+        # where this copy of mylib is, and whether the working directory is the tree's
+        return os.path.dirname(__file__), os.path.exists(os.path.join("data", "factor.txt"))
+
+    def where(q, what="process"):
+        q.put((what, *here()))
+
+    def nested(q):
+        import fiberlite as mp
+        child = mp.Process(target=where, args=(q, "process of a process"))
+        child.start()
+        child.join()
+
+    class Counter:
+        def __init__(self):
+            self.count = VERSION
+
+        def report(self):
+            return ("manager", *here())
+
+    def member(ring):
+        return ("ring member", *here())
 
     def work(x):
         with open(os.path.join("data", "factor.txt")) as fh:  # relative to the working directory
@@ -209,6 +233,50 @@ def test_a_master_outside_the_cluster_sends_its_working_directory(
         f"fiberlite.errors.ConfigError: the working directory {project} holds ")
     assert len(posts(kube.server, "pods")) == created  # no job started
     nothing_left(kube)
+
+
+EVERY = textwrap.dedent("""
+    import fiberlite as mp
+    from fiberlite.managers import BaseManager
+    import mylib
+
+    class Manager(BaseManager):
+        pass
+
+    Manager.register("Counter", mylib.Counter)
+
+    if __name__ == "__main__":
+        q = mp.Queue()
+        for target in (mylib.where, mylib.nested):
+            p = mp.Process(target=target, args=(q,))
+            p.start()
+            p.join()
+            print(*q.get(timeout=60), p.exitcode, flush=True)
+        with Manager() as manager:
+            print(*manager.Counter().report(), flush=True)
+        for seen in mp.Ring(2, mylib.member).run():
+            print(*seen, flush=True)
+""")
+
+
+def test_every_kind_of_job_runs_in_the_tree(k8s_docker_api, image, project):  # noqa: F811
+    """Process, a process's process (fetching from its parent pod), a manager's server,
+    ring members: each imports mylib from its copy and runs in it."""
+    (project / "every.py").write_text(EVERY)
+    (project / "job.py").unlink()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIBERLITE_")}
+    env.update(FIBERLITE_BACKEND="kubernetes", FIBERLITE_KUBECONFIG=str(k8s_docker_api.kubeconfig_path),
+               FIBERLITE_NAMESPACE=NS, FIBERLITE_IMAGE=image, FIBERLITE_LISTEN_HOST="127.0.0.1")
+    done = subprocess.run([sys.executable, "every.py"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    pattern = re.compile(r"(process|process of a process|manager|ring member) "
+                         r"/tmp/fiberlite-tree-\S+ True( 0)?")
+    found = [pattern.fullmatch(line) for line in done.stdout.splitlines()]
+    assert all(found), done.stdout
+    assert [m.group(1) for m in found] == ["process", "process of a process", "manager",
+                                           "ring member", "ring member"]
+    nothing_left(k8s_docker_api)
 
 
 # -- Docker: an engine that is not this machine's ------------------------------------------------

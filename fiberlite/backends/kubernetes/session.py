@@ -32,6 +32,7 @@ from .watch import PodWatcher
 log = logging.getLogger("fiberlite.kubernetes")
 
 _UNSET: Any = object()
+TREE_UPLOADS = 4  # ConfigMaps of a working directory created at once
 
 
 @dataclass(eq=False)
@@ -149,19 +150,27 @@ class Session:
         return Job(backend, name, spec, pid=None, handle=job)
 
     def _store_tree(self, pod: Any, spec: JobSpec, labels: dict[str, str]) -> None:
-        """The ConfigMaps of the pod's working directory (the pod waits for them to be
-        mounted); if they cannot be made, the pod goes and the error says why."""
-        for body in build_tree_maps(pod, spec.tree, labels):
+        """The ConfigMaps of the pod's working directory, a few at a time (the pod waits
+        for them to be mounted); if they cannot all be made, the pod goes and the error
+        says why."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def create(body: Any) -> BackendError | None:
             try:
                 self.api.create_namespaced_config_map(self.namespace, body, _request_timeout=TIMEOUT)
+                return None
             except Exception as exc:
-                error = api_error(exc, f"create ConfigMap {body.metadata.name} (the working "
-                                  f"directory of pod {pod.metadata.name})", self.conn)
-                with self.cond:
-                    self._creating.discard(pod.metadata.name)
-                    self._seen.pop(pod.metadata.name, None)
-                self._delete(pod.metadata.name, 0)
-                raise error from None
+                return api_error(exc, f"create ConfigMap {body.metadata.name} (the working "
+                                 f"directory of pod {pod.metadata.name})", self.conn)
+
+        with ThreadPoolExecutor(TREE_UPLOADS) as uploads:
+            errors = [e for e in uploads.map(create, build_tree_maps(pod, spec.tree, labels)) if e]
+        if errors:
+            with self.cond:
+                self._creating.discard(pod.metadata.name)
+                self._seen.pop(pod.metadata.name, None)
+            self._delete(pod.metadata.name, 0)
+            raise errors[0]
 
     def _watch(self, label_selector: str) -> None:
         with self._lock:

@@ -23,7 +23,6 @@ from typing import Any
 from ... import config
 from ...backends.base import Backend
 from ..hub import Servant, get_hub
-from .pack import pack
 from .receive import installed
 
 CHUNK = 4 << 20  # bytes a job asks for per call
@@ -78,6 +77,7 @@ def _make_offer(root: str, hub: Any) -> dict:
         servant = TreeServant(path=here.archive)
         digest, size = here.digest, os.path.getsize(here.archive)
     else:
+        from .pack import pack  # tarfile, gzip and the ignore rules: only where a tree is packed
         tree = pack(root, config.get("working_dir_limit"))
         servant = TreeServant(data=tree.data)
         digest, size = tree.digest, len(tree.data)
