@@ -18,7 +18,7 @@ import pytest
 from docker_env import ensure_docker
 from fiberlite import config
 from fiberlite.backends import get_backend
-from k8s_double.fixture import k8s_docker_api  # noqa: F401  (the fixture)
+from k8s_double.fixture import k8s_api, k8s_docker_api  # noqa: F401  (the fixtures)
 from waiting import eventually
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.docker, pytest.mark.timeout(240)]
@@ -196,6 +196,43 @@ def test_fiberlite_run_of_a_tree_over_the_limit_fails_before_any_pod(
     assert line.startswith(f"fiberlite: error: the working directory {project} holds ")
     assert "over the limit of 256.0 KiB (setting working_dir_limit); largest: data/huge.bin 300.0 KiB" in line
     assert not posts(kube.server, "pods") and not posts(kube.server, "configmaps")
+
+
+def master_with_tree(kube, run: str):
+    """A master job created as `fiberlite run` creates it, whose pod (a local process of
+    the double) sleeps."""
+    from fiberlite.backends import JobSpec, TreeArchive
+    from fiberlite.runtime.tree.pack import pack
+    tree = pack(os.getcwd(), 1 << 20)
+    config.init(kubeconfig=str(kube.kubeconfig_path), namespace=NS)
+    spec = JobSpec(command=["python", "-c", "import time; time.sleep(600)"], name=f"fl-{run}-master",
+                   image="fiberlite:any", labels={"fiberlite/run": run},
+                   tree=TreeArchive(tree.digest, tree.data))
+    return get_backend("kubernetes").create_job(spec)
+
+
+def test_a_masters_configmaps_go_with_its_pod_and_with_fiberlite_clean(
+        k8s_api, project, settings, capsys):  # noqa: F811
+    """Deleting the master pod takes its ConfigMaps (ownerReferences); `fiberlite clean`
+    removes those of a run whose command was killed."""
+    from fiberlite.cli import main
+    kube = k8s_api
+    v1 = kube.core_v1()
+    try:
+        job = master_with_tree(kube, "gone")
+        assert [c.metadata.name for c in v1.list_namespaced_config_map(NS).items] == \
+            [f"{job.id}-tree-0"]
+        v1.delete_namespaced_pod(job.id, NS, grace_period_seconds=0)
+        eventually(lambda: not v1.list_namespaced_config_map(NS).items, timeout=10,
+                   what="the ConfigMaps of a deleted master pod")
+        master_with_tree(kube, "killed")
+        assert v1.list_namespaced_config_map(NS).items
+        assert main(["clean", "--backend", "kubernetes", "--run", "killed", "--kubeconfig",
+                     str(kube.kubeconfig_path), "--namespace", NS]) == 0
+        assert "removed 1 job of run killed" in capsys.readouterr().out
+        nothing_left(kube)
+    finally:
+        get_backend("kubernetes").close()
 
 
 # -- python job.py on this machine, the jobs pods ------------------------------------------------

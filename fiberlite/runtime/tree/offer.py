@@ -16,6 +16,7 @@ the :class:`TreeServant` that reads it out, a chunk per call, to proven peers on
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -24,6 +25,8 @@ from ... import config
 from ...backends.base import Backend
 from ..hub import Servant, get_hub
 from .receive import installed
+
+log = logging.getLogger("fiberlite.tree")
 
 CHUNK = 4 << 20  # bytes a job asks for per call
 
@@ -79,13 +82,8 @@ def _make_offer(root: str, hub: Any) -> dict:
     else:
         from .pack import pack  # tarfile, gzip and the ignore rules: only where a tree is packed
         tree = pack(root, config.get("working_dir_limit"))
+        log.info("jobs get a copy of %s: %d files, %d bytes packed", root, tree.files, len(tree.data))
         servant = TreeServant(data=tree.data)
         digest, size = tree.digest, len(tree.data)
     ref = hub.register(servant)
     return {"digest": digest, "size": size, "root": root, "oid": ref.oid}
-
-
-def forget_offers() -> None:
-    """Pack again for the next job (tests; a process whose working directory changed)."""
-    with _lock:
-        _offers.clear()

@@ -141,7 +141,12 @@ def fetch_for_job(prep: dict, address: str) -> None:
         return
     from ..hub import ObjectRef
     ref = ObjectRef(address, offer["oid"])
-    tree = receive(offer, lambda offset: ref.call("read", offset))
+    try:
+        tree = receive(offer, lambda offset: ref.call("read", offset))
+    except OSError as exc:
+        raise TreeError(f"cannot write it to {tempfile.gettempdir()}: {exc.strerror or exc}; give "
+                        "the job a writable temporary directory (TMPDIR; on Kubernetes an "
+                        "emptyDir volume at /tmp)") from None
     relocate(prep, offer, tree)
 
 
