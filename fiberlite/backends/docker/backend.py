@@ -35,8 +35,8 @@ from ... import config
 from ...errors import BackendError
 from ...units import format_memory
 from . import spec as docker_spec
-from ..base import (JOB_LABEL, RUN_LABEL, TREE_ENV, WATCHED_LABELS, Backend, Job, JobSpec,
-                    JobState, decode_stream, exit_code)
+from ..base import (JOB_LABEL, RUN_LABEL, WATCHED_LABELS, Backend, Job, JobSpec, JobState,
+                    decode_stream, exit_code)
 from .api import (CONTAINER_ENV, OwnContainer, api_error, connect, container_candidates,
                   own_container, status_of)
 from .watch import EventWatcher, OutputPump
@@ -108,13 +108,8 @@ class DockerBackend(Backend):
             self._network(network)
 
     def shares_working_dir(self) -> bool:
-        """Bind-mounted (see :func:`.spec.mounts_working_dir`), or this process runs in a
-        container whose working directory came with the image its children run."""
-        settings = config.settings()
-        own = self.own_container()
-        if docker_spec.mounts_working_dir(settings, own, self._client().base_url):
-            return True
-        return own is not None and not os.environ.get(TREE_ENV)
+        return docker_spec.sees_working_dir(config.settings(), self.own_container(),
+                                            self._client().base_url)
 
     # -- where children reach this process --------------------------------------------------
     def listen_host(self) -> str:

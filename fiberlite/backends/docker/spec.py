@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...errors import BackendError
-from ..base import (SECRETS_FILE_ENV, TREE_DIGEST_ENV, TREE_PART_NAME, TREE_PARTS_ENV, JobSpec,
-                    TreeArchive, encode_secrets)
+from ..base import (SECRETS_FILE_ENV, TREE_DIGEST_ENV, TREE_ENV, TREE_PART_NAME, TREE_PARTS_ENV,
+                    JobSpec, TreeArchive, encode_secrets)
 from .api import CONTAINER_ENV, OwnContainer
 
 SOCKET_PATH = "/var/run/docker.sock"
@@ -290,6 +290,14 @@ def mounts_working_dir(settings: dict[str, Any], own: OwnContainer | None, base_
     chosen = settings.get("working_dir")
     working_dir = os.path.abspath(os.path.expanduser(chosen or os.getcwd()))
     return own is None or own.host_path(working_dir) is not None
+
+
+def sees_working_dir(settings: dict[str, Any], own: OwnContainer | None, base_url: str) -> bool:
+    """True when job containers see the working directory as it is here: bind-mounted,
+    or (this process runs in a container whose working directory came with its image,
+    not sent to it) the same image."""
+    return (mounts_working_dir(settings, own, base_url)
+            or (own is not None and not os.environ.get(TREE_ENV)))
 
 
 def _private_archive(folder: str, files: dict[str, bytes], user: str | None) -> bytes:
