@@ -39,6 +39,9 @@ class TreeServant(Servant):
         self._path = path
 
     def op_read(self, request: Any, offset: int) -> None:
+        if not isinstance(offset, int) or offset < 0:
+            request.fail(ValueError(f"bad offset {offset!r}"))
+            return
         if self._data is not None:
             request.reply(bytes(self._data[offset:offset + CHUNK]))
             return
