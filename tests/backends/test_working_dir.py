@@ -137,15 +137,15 @@ def posts(server, resource: str) -> list:
 
 
 # -- fiberlite run: the master a pod -----------------------------------------------------------
-def fiberlite_run_k8s(kube, image, *options: str) -> int:
+def fiberlite_run_k8s(kube, image, *options: str, script: str = "job.py") -> int:
     from fiberlite.cli import main
     return main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                  "--namespace", NS, "--image", image,
-                 "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", *options, "job.py"])
+                 "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", *options, script])
 
 
 def test_fiberlite_run_sends_the_working_directory_to_the_pods(
-        k8s_docker_api, image, project, settings, capfd):  # noqa: F811
+        k8s_docker_api, image, project, settings, monkeypatch, capfd):  # noqa: F811
     kube = k8s_docker_api
     status = fiberlite_run_k8s(kube, image)
     out, err = capfd.readouterr()
@@ -174,14 +174,38 @@ def test_fiberlite_run_sends_the_working_directory_to_the_pods(
         for name, body in pods.items() if name != master)
     nothing_left(kube)
 
-    # an edit is what the next run executes
+    # an edit is what the next run executes; --working-dir names the tree from elsewhere
     (project / "mylib" / "version.py").write_text("VERSION = 2\n")
     (project / "data" / "factor.txt").write_text("100\n")
-    status = fiberlite_run_k8s(kube, image)
+    monkeypatch.chdir(project.parent)
+    status = fiberlite_run_k8s(kube, image, "--working-dir", "project", script="project/job.py")
     out, err = capfd.readouterr()
     assert status == 0, out + err
     assert results(out)["values"] == "[2, 102, 202, 302]"
+    assert "sending " + str(project) in err
     nothing_left(kube)
+
+
+@pytest.mark.parametrize("where, options, script, message", [
+    (".", ["--working-dir", "missing"], "project/job.py", "--working-dir missing: no such directory"),
+    (".", ["--working-dir", "project/mylib"], "project/job.py",
+     "project/job.py is not in the working directory {project}/mylib, which is what travels "
+     "with the run: run from the script's directory, pass --working-dir DIR, or "
+     "--no-working-dir for a script baked into the image"),
+    ("project/mylib", [], "../job.py", "../job.py is not in the working directory {project}/mylib"),
+    (".", ["--working-dir", "project"], "project/nothing.py",
+     "project/nothing.py: no such file in the working directory {project}"),
+])
+def test_fiberlite_run_names_a_script_that_cannot_travel(
+        k8s_api, project, settings, monkeypatch, capfd, where, options, script, message):  # noqa: F811
+    """Checked before anything is packed or created."""
+    monkeypatch.chdir(project.parent / where)
+    status = fiberlite_run_k8s(k8s_api, "fiberlite:any", *options, script=script)
+    err = capfd.readouterr().err
+    assert status == 2
+    line, = err.splitlines()
+    assert message.format(project=project) in line
+    assert not posts(k8s_api.server, "pods") and not posts(k8s_api.server, "configmaps")
 
 
 def test_fiberlite_run_of_a_tree_over_the_limit_fails_before_any_pod(
@@ -196,6 +220,41 @@ def test_fiberlite_run_of_a_tree_over_the_limit_fails_before_any_pod(
     assert line.startswith(f"fiberlite: error: the working directory {project} holds ")
     assert "over the limit of 256.0 KiB (setting working_dir_limit); largest: data/huge.bin 300.0 KiB" in line
     assert not posts(kube.server, "pods") and not posts(kube.server, "configmaps")
+
+
+@pytest.fixture
+def baked(image, project, tmp_path):
+    """An image FROM the project's with job.py, mylib and data in its /app: the code is
+    in the image, as before the working directory travelled."""
+    import docker
+    client = docker.from_env(timeout=120)
+    tag = f"{image}-baked-{os.getpid()}"
+    (project / "Dockerfile").write_text(f"FROM {image}\nCOPY . /app\n")
+    client.images.build(path=str(project), tag=tag, rm=True, forcerm=True)
+    try:
+        yield tag
+    finally:
+        client.images.remove(tag, force=True)
+
+
+def test_no_working_dir_runs_the_script_baked_into_the_image(
+        k8s_docker_api, baked, project, tmp_path, settings, monkeypatch, capfd):  # noqa: F811
+    kube = k8s_docker_api
+    elsewhere = tmp_path / "elsewhere"  # nothing of the code here
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    status = fiberlite_run_k8s(kube, baked, "--no-working-dir")
+    out, err = capfd.readouterr()
+    assert status == 0, out + err
+    seen = results(out)
+    assert seen["values"] == "[1, 11, 21, 31]" and seen["in containers"] == "True"
+    assert seen["mylib from"] == "/app/mylib"  # the image's
+    master = seen["master in"].split()[-1]
+    assert master.endswith("-master") and master not in seen["computed in"].split()
+    pods = {r.body["metadata"]["name"]: r.body for r in posts(kube.server, "pods")}
+    assert pods[master]["spec"]["containers"][0]["command"] == ["python", "job.py"]
+    assert not posts(kube.server, "configmaps") and "sending" not in err
+    nothing_left(kube)
 
 
 def master_with_tree(kube, run: str):
