@@ -130,7 +130,7 @@ sys.stdin.read()  # until told to die
 """
 
 
-def test_a_tree_whose_job_died_is_swept_and_a_live_one_is_not(tmp_path):
+def test_a_tree_whose_job_died_is_swept_and_a_live_one_is_not(tmp_path, monkeypatch, capsys):
     import subprocess
     import sys
     from fiberlite.runtime.tree.claim import sweep
@@ -144,5 +144,9 @@ def test_a_tree_whose_job_died_is_swept_and_a_live_one_is_not(tmp_path):
         job.kill()  # no clean-up of its own
         job.wait()
     (tmp_path / "fiberlite-tree-not-listed").mkdir()  # not in any claim: left alone
-    assert sweep(str(tmp_path)) == 1
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    from fiberlite.cli import main  # fiberlite clean sweeps what jobs of this machine left
+    assert main(["clean", "--backend", "local", "--run", "no-such-run"]) == 0
+    assert "removed 0 jobs of run no-such-run" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fiberlite-tree-not-listed"]
