@@ -18,7 +18,7 @@ Rows:
   the project, sends it to the master pod in ConfigMaps and the master sends it to its
   two worker pods over the run's connections.
 
-Rows take turns, after one untimed round. Run:
+Rows take turns, after one untimed round (none with ``--quick``). Run:
 ``python benchmarks/bench_workdir.py [--image IMAGE] [--quick] [--json PATH]``
 (IMAGE: ``FIBERLITE_IMAGE``, else ``fiberlite:test``; ``.ci/docker_setup.sh`` builds it).
 """
@@ -132,6 +132,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, help="samples per row (default 5, --quick 1)")
     args = p.parse_args()
     rounds = args.repeats or sized(args, 5, 1)
+    warmup = sized(args, 1, 0)  # --quick checks that every row runs, once
     report = Report("workdir", "fiberlite run: from the command to the first result",
                     quick=args.quick, repeats=rounds, image=args.image)
     section = report.section("first_result", "fiberlite run until the first result (Pool(2) "
@@ -146,8 +147,8 @@ def main() -> None:
         measures = {REFERENCE: lambda: cluster.run(projects[REFERENCE], baked, "--no-working-dir"),
                     "1 MiB tree": lambda: cluster.run(projects["1 MiB tree"], args.image),
                     "20 MiB tree": lambda: cluster.run(projects["20 MiB tree"], args.image)}
-        progress(f"workdir: {len(measures)} rows, a warm-up and {rounds} round(s)")
-        samples = interleave(measures, rounds, warmup=1, label="workdir")
+        progress(f"workdir: {len(measures)} rows, {warmup} warm-up and {rounds} round(s)")
+        samples = interleave(measures, rounds, warmup=warmup, label="workdir")
     finally:
         cluster.close()
         subprocess.run(["docker", "rmi", "-f", baked], capture_output=True, timeout=RUN_TIMEOUT)

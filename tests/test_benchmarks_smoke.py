@@ -129,9 +129,8 @@ def test_workdir_benchmark_runs_quick(tmp_path):
     from docker_env import ensure_docker
     image = ensure_docker()
     json_path = str(tmp_path / "workdir.json")
-    command = [sys.executable, os.path.join(BENCHMARKS, "bench_workdir.py"), "--quick",
-               "--json", json_path, "--image", image]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=140)
+    done = run_python(os.path.join(BENCHMARKS, "bench_workdir.py"), "--quick", "--json", json_path,
+                      "--image", image, cwd=ROOT, timeout=140)
     assert done.returncode == 0, f"bench_workdir.py failed:\n{done.stdout}\n{done.stderr}"
     for name in ("code in the image", "1 MiB tree", "20 MiB tree", "until the first result"):
         assert name in done.stdout, done.stdout
