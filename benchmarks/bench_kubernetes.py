@@ -54,8 +54,11 @@ class Cluster:
         kubeconfig = write_kubeconfig(Path(self.folder.name) / "kubeconfig", self.server.host, token)
         # pods run `python` from PATH: this interpreter
         os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]
+        # the double's pods are processes of this machine: they see its files, as pods of an
+        # image holding the code would, so no working directory travels (bench_workdir.py
+        # measures that)
         fiberlite.init(kubeconfig=str(kubeconfig), namespace="default", image="fiberlite:bench",
-                       listen_host="127.0.0.1", cpu=workers_per_pod)
+                       listen_host="127.0.0.1", cpu=workers_per_pod, working_dir="off")
         self.context = fiberlite.get_context("kubernetes")
 
     def requests(self, method: str, kind: str, watch: bool = False) -> int:

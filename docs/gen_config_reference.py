@@ -31,6 +31,7 @@ KINDS = {
     "parse_count": "whole number",
     "parse_address": "`host:port`, a port (loopback), or `off`",
     "_positive_count": "whole number (>= 1)",
+    "_working_dir": "a directory, or `off`",
 }
 
 
@@ -55,12 +56,17 @@ def table() -> str:
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     from fiberlite.config import SETTINGS
+    from fiberlite.units import format_memory
 
     rows = ["| setting | environment variable | default | value | meaning |",
             "| --- | --- | --- | --- | --- |"]
     for name, setting in SETTINGS.items():
-        kind = KINDS.get(getattr(setting.parse, "__name__", ""), "value")
-        rows.append(f"| `{name}` | `FIBERLITE_{name.upper()}` | {_default(setting.default)} "
+        parser_name = getattr(setting.parse, "__name__", "")
+        kind = KINDS.get(parser_name, "value")
+        default = setting.default
+        if parser_name == "parse_memory" and isinstance(default, int):
+            default = format_memory(default)  # a size as it is written: 32Mi
+        rows.append(f"| `{name}` | `FIBERLITE_{name.upper()}` | {_default(default)} "
                     f"| {_cell(kind)} | {_cell(setting.help)} |")
     return "\n".join(rows)
 

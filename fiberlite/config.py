@@ -80,6 +80,15 @@ def parse_address(value: Any) -> tuple[str, int] | None:
     return host, number
 
 
+def _working_dir(value: Any) -> str | bool | None:
+    """A directory, or ``off`` (False); ``on`` is the default (None: the current one)."""
+    if value is False or str(value).strip().lower() in ("off", "false", "no", "0"):
+        return False
+    if value is True or str(value).strip().lower() in ("on", "true", "yes", "1"):
+        return None
+    return _text(value)
+
+
 def _flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -107,7 +116,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("kubeconfig", None, _text, "kubeconfig file when running outside a cluster"),
     Setting("log_level", "WARNING", _level, "logging level of fiberlite's logger"),
     Setting("listen_host", None, _text, "address other jobs use to reach this process (default: from the backend)"),
-    Setting("working_dir", None, _text, "directory mounted into job containers at the same path (default: cwd)"),
+    Setting("working_dir", None, _working_dir,
+            "the directory jobs run in, sent with them where they cannot see it (a pod, a "
+            "remote Docker engine) and mounted where they can (default: the current "
+            "directory; off: jobs run in their image's)"),
+    Setting("working_dir_limit", 32 * 2**20, parse_memory,
+            "the most that working_dir may hold to be sent with a run (e.g. 64Mi)"),
     Setting("cpu", None, parse_cpu, "CPUs requested per job unless @meta says otherwise"),
     Setting("memory", None, parse_memory, "memory per job (e.g. 512Mi, 8Gi) unless @meta says otherwise"),
     Setting("gpu", None, parse_count, "GPUs per job unless @meta says otherwise"),
@@ -118,7 +132,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "seconds a pool may have no work before it lets its workers go and deletes their "
             "jobs; they start again when work comes (0: never)"),
     Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
-    Setting("mount_working_dir", True, _flag, "mount working_dir into job containers"),
+    Setting("mount_working_dir", True, _flag,
+            "docker: bind-mount working_dir into job containers when the engine runs on this "
+            "machine (false: send a copy, as to a remote engine)"),
     Setting("tls", False, _flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),
     Setting("share_machine", True, _flag,
             "jobs on their creator's machine map its Value, Array and locks and link its queues "

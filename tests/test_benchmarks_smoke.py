@@ -120,3 +120,20 @@ def test_primitives_table_goes_on_past_failures(tmp_path):
     read = [cell.strip() for cell in rows["Value.value read, creating process"].split("|")]
     assert "fails" not in rows["Value.value read, creating process"]
     assert read[-3].endswith(("ns", "us")) and read[-2].endswith("x"), read  # its figure and ratio
+
+
+@pytest.mark.docker
+@pytest.mark.kubernetes
+def test_workdir_benchmark_runs_quick(tmp_path):
+    """bench_workdir.py needs the project's image (its pods are Docker containers)."""
+    from docker_env import ensure_docker
+    image = ensure_docker()
+    json_path = str(tmp_path / "workdir.json")
+    done = run_python(os.path.join(BENCHMARKS, "bench_workdir.py"), "--quick", "--json", json_path,
+                      "--image", image, cwd=ROOT, timeout=140)
+    assert done.returncode == 0, f"bench_workdir.py failed:\n{done.stdout}\n{done.stderr}"
+    for name in ("code in the image", "1 MiB tree", "20 MiB tree", "until the first result"):
+        assert name in done.stdout, done.stdout
+    document = json.loads(open(json_path).read())
+    measured = [r for r in document["results"] if "seconds" in r]
+    assert len(measured) == 3 and all(r["seconds"] > 0 and r["ratio"] for r in measured)

@@ -6,9 +6,10 @@ import importlib
 import threading
 
 from ..errors import ConfigError
-from .base import Backend, Job, JobSpec, JobState
+from .base import Backend, Job, JobSpec, JobState, TreeArchive
 
-__all__ = ["Backend", "Job", "JobSpec", "JobState", "get_backend", "known_backends", "close_all"]
+__all__ = ["Backend", "Job", "JobSpec", "JobState", "TreeArchive", "get_backend", "known_backends",
+           "close_all"]
 
 _BUILTIN = {
     "local": "fiberlite.backends.local:LocalBackend",

@@ -21,10 +21,32 @@ WATCHED_LABELS = (RUN_LABEL, PARENT_LABEL)  # backends watch their jobs by these
 SECRETS_FD_ENV = "FIBERLITE_SECRETS_FD"
 SECRETS_FILE_ENV = "FIBERLITE_SECRETS_FILE"
 
+# A job started in a packed working directory (``JobSpec.tree``): the backend puts the
+# archive's parts, in order, as files ``part-0000``, ``part-0001``... in a directory it
+# names in TREE_PARTS_ENV, and the digest in TREE_DIGEST_ENV; the job checks and enters
+# it (``fiberlite.runtime.tree.enter``). A process that runs in a tree it received has
+# TREE_ENV set (where the tree and its archive are).
+TREE_PARTS_ENV = "FIBERLITE_TREE_PARTS"
+TREE_DIGEST_ENV = "FIBERLITE_TREE_DIGEST"
+TREE_ENV = "FIBERLITE_TREE"
+TREE_PART_NAME = "part-{:04d}"
+
 
 def encode_secrets(secret_env: dict[str, str]) -> bytes:
     """``secret_env`` as a job reads it from :data:`SECRETS_FD_ENV` or :data:`SECRETS_FILE_ENV`."""
     return json.dumps(secret_env).encode()
+
+
+@dataclass(frozen=True)
+class TreeArchive:
+    """A packed working directory (a gzipped tar) and its SHA-256 ``digest`` (hex)."""
+
+    digest: str
+    data: bytes = field(repr=False)
+
+    def parts(self, size: int) -> list[bytes]:
+        """The archive cut into parts of at most ``size`` bytes."""
+        return [self.data[i:i + size] for i in range(0, len(self.data), size)] or [b""]
 
 
 @dataclass
@@ -49,6 +71,8 @@ class JobSpec:
     # one of many jobs sharing work (a pool's): on a cluster without room for it yet, it
     # waits (up to the start_timeout setting) instead of failing as unschedulable at once
     waits_for_capacity: bool = False
+    # the working directory to start in, for a backend whose ``delivers_tree`` is true
+    tree: TreeArchive | None = None
 
 
 class JobState(enum.Enum):
@@ -74,6 +98,8 @@ class Backend(abc.ABC):
     0 for success, the process's code otherwise, ``-N`` when killed by signal N."""
 
     name: str = "abstract"
+    # create_job puts ``JobSpec.tree`` in the job (see TREE_PARTS_ENV)
+    delivers_tree: bool = False
 
     @abc.abstractmethod
     def create_job(self, spec: JobSpec) -> Job:
@@ -98,6 +124,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def listen_host(self) -> str:
         """The address at which jobs of this backend can reach the current process."""
+
+    def shares_working_dir(self) -> bool:
+        """True when this backend's jobs see the working directory of this process as it
+        is here (a process of this machine, a bind mount, the same image): nothing need
+        travel with them. Otherwise each job gets a copy (setting ``working_dir``)."""
+        return False
 
     def preflight(self) -> None:
         """Raise :class:`~fiberlite.errors.BackendError` now if no job could be created

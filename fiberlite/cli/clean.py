@@ -11,9 +11,10 @@ def add_parser(commands) -> None:
     p = commands.add_parser(
         "clean", parents=[cluster_options()], help="stop and remove the jobs of runs",
         description="Stop and remove every job of a run: local processes, Docker containers, "
-                    "Kubernetes pods (and the run's Secrets). Without --run, every fiberlite "
-                    "job the backends can see is removed. Also deletes the logs `fiberlite run` "
-                    "kept of finished local runs.")
+                    "Kubernetes pods (and the run's Secrets and ConfigMaps). Without --run, every "
+                    "fiberlite job the backends can see is removed. Also deletes the logs "
+                    "`fiberlite run` kept of finished local runs, and the copies of working "
+                    "directories that jobs of this machine left when they were killed.")
     backend_option(p)
     p.add_argument("--run", metavar="ID", help="only this run (see `fiberlite ps`)")
     p.set_defaults(func=main)
@@ -29,6 +30,8 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(f"{name}: removed {removed} job{'s' if removed != 1 else ''} of {what}\n")
         if name == "local":
             from ..backends.local import runs as local_runs
+            from ..runtime.tree.claim import sweep
             local_runs.remove_logs(args.run)
+            sweep()  # copies of working directories whose jobs ended here without removing them
 
     return on_backends(names, clean)

@@ -25,6 +25,9 @@ from ..units import parse_count, parse_cpu, parse_memory
 from .common import CliError, apply_settings, backend, cluster_options
 from .page_hint import forward_page, kubernetes_hint
 from .progress import Progress
+from .workdir import add_options as add_working_dir_options
+from .workdir import apply as apply_working_dir
+from .workdir import master_command
 
 
 def _argtype(parse, what: str):
@@ -76,6 +79,7 @@ def add_parser(commands) -> None:
     p.add_argument("--dashboard", metavar="[HOST:]PORT", type=_argtype(config.parse_address, "address"),
                    help="the master serves the run's live page there (setting dashboard; a port "
                         "alone: loopback; on kubernetes, how to open it is printed)")
+    add_working_dir_options(p)
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(func=main)
@@ -93,6 +97,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     apply_settings(args)
+    apply_working_dir(args)
     name = args.backend or config.get("backend")
     run_id = secrets.token_hex(4)
     job_name = f"fl-{run_id}-master"
@@ -134,7 +139,8 @@ def exit_status(code: int) -> int:
 def run_local(args: argparse.Namespace, env: dict[str, str], run_id: str, job_name: str) -> int:
     from ..backends.local import runs as local_runs
     ignored = [o for o, v in (("--image", args.image), ("--cpu", args.cpu), ("--memory", args.memory),
-                              ("--gpu", args.gpu), ("--volume", args.volume)) if v]
+                              ("--gpu", args.gpu), ("--volume", args.volume),
+                              ("--working-dir", args.working_dir)) if v]
     if ignored:
         sys.stderr.write(f"fiberlite: {', '.join(ignored)} do(es) not apply to the local backend; ignored\n")
     env = {**os.environ, **env, **dict(args.env)}
@@ -214,8 +220,10 @@ def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, 
         env["FIBERLITE_IMAGE"] = image  # the jobs of the run use it too
     if name == "kubernetes" and config.get("namespace"):
         env["FIBERLITE_NAMESPACE"] = config.get("namespace")
+    command, tree, working_env = master_command(args, target, run_id)
+    env.update(working_env)
     env.update(dict(args.env))
-    spec = JobSpec(command=["python", args.script, *args.args], name=job_name, image=image, env=env,
+    spec = JobSpec(command=command, name=job_name, image=image, env=env, tree=tree,
                    cpu=args.cpu, memory=args.memory, gpu=args.gpu, volumes=dict(args.volume),
                    labels={"fiberlite/run": run_id, "fiberlite/job": job_name, "fiberlite/parent": "cli"})
     if args.service_account and name == "kubernetes":

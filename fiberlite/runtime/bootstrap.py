@@ -83,11 +83,15 @@ def main() -> None:
 
     client.on_lost(parent_gone)
     ref = ObjectRef(address, oid)
+    from .tree.receive import TreeError, discard, fetch_for_job
     try:
         prep_payload, process_payload = ref.call("fetch")
         prep = prep_payload.unpack()
+        fetch_for_job(prep, address)  # the working directory, where the parent's is not seen
         _prepare(prep)
         process = process_payload.unpack()
+    except TreeError as exc:
+        _fail(f"could not receive the working directory: {exc}")
     except Exception as exc:
         import traceback
         traceback.print_exc()
@@ -109,6 +113,7 @@ def main() -> None:
         ref.call("exit", exitcode)
     except Exception:
         pass
+    discard()  # this job's copy of the working directory, if it had one
     os._exit(exitcode)
 
 

@@ -21,6 +21,7 @@ from . import exit_order, identity
 from ..backends import JobSpec, close_all, get_backend
 from .handles import expire_exports, exports_for_job
 from .hub import Servant, get_hub, unregister
+from .tree.offer import offer_for
 from ..meta import requests_of
 from ..wire.codec import Payload, name_unpicklable, unpicklable_error
 
@@ -87,10 +88,12 @@ def pack_process(process: Any) -> Payload:
         raise unpicklable_error(exc, message) from exc
 
 
-def preparation(parent_name: str) -> dict[str, Any]:
-    """What the job needs before it can unpickle the Process."""
+def preparation(parent_name: str, tree: dict | None = None) -> dict[str, Any]:
+    """What the job needs before it can unpickle the Process (``tree``: the working
+    directory it fetches first, see :mod:`.tree.offer`)."""
     main = sys.modules.get("__main__")
     return {
+        "tree": tree,
         "sys_path": list(sys.path),
         "cwd": os.getcwd(),
         "settings": config.settings(),
@@ -152,15 +155,18 @@ class Launch:
         backend_name = process._backend_name or config.get("backend")
         self.backend = get_backend(backend_name)
         self.backend.preflight()
+        tree = offer_for(self.backend, backend_name)  # a tree over the limit fails here
         hub = get_hub(backend_name)
         with exports_for_job() as exports:
             try:
                 process_payload = pack_process(process)
-                self.channel = JobChannel(Payload.pack(preparation(parent_name)), process_payload,
-                                          exports)
+                self.channel = JobChannel(Payload.pack(preparation(parent_name, tree)),
+                                          process_payload, exports)
                 self.ref = hub.register(self.channel)
-                self.job = self.backend.create_job(
-                    job_spec(process, backend_name, hub.address, self.ref.oid))
+                spec = job_spec(process, backend_name, hub.address, self.ref.oid)
+                if tree is not None:
+                    spec.cwd = None  # made by the job, in its copy of the tree
+                self.job = self.backend.create_job(spec)
             except BaseException:
                 expire_exports(exports)  # no job will use what was pickled for it
                 raise

@@ -49,8 +49,9 @@ def kube(k8s_api, monkeypatch):  # noqa: F811
 
 
 RBAC = os.path.join(ROOT, "docs", "kubernetes", "rbac.yaml")
-# tried by `fiberlite clean` and tolerated when forbidden (Secrets also go with their owner)
-OPTIONAL = {("secrets", "list")}
+# tried by `fiberlite clean` and tolerated when forbidden (Secrets and ConfigMaps also go with
+# their owner pod)
+OPTIONAL = {("secrets", "list"), ("configmaps", "list")}
 
 
 def role_rights() -> set[tuple[str, str]]:
@@ -477,7 +478,9 @@ def test_fiberlite_run_on_kubernetes(kube, tmp_path, capfd):
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                    "--namespace", NS, "--image", IMAGE, "--cpu", "1",
                    # the double's pods are not in a cluster: give the master the kubeconfig
-                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script)])
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}",
+                   # the local runner's pods see this machine: the script is "in the image"
+                   "--no-working-dir", str(script)])
     out = capfd.readouterr().out
     assert status == 5, out
     assert "squares [4, 9]" in out
@@ -527,7 +530,8 @@ def test_fiberlite_run_dashboard_on_kubernetes(kube, tmp_path, capfd):
     port = free_port()
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                    "--namespace", NS, "--image", IMAGE, "--dashboard", str(port),
-                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script)])
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", "--no-working-dir",
+                   str(script)])
     out, err = capfd.readouterr()
     assert status == 0, out + err
     master_name = next(line.split()[-1] for line in out.splitlines() if line.startswith("master pod"))
@@ -568,7 +572,8 @@ def test_fiberlite_run_opens_the_page_through_the_pod_proxy(kube, tmp_path, capf
     reader.start()  # the command runs on this thread: it sets signal handlers
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                    "--namespace", NS, "--image", IMAGE, "--dashboard", f"0.0.0.0:{port}",
-                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", str(script), str(seen)])
+                   "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}", "--no-working-dir",
+                   str(script), str(seen)])
     seen.touch()  # the reader gives up if the master never said it runs
     reader.join(60)
     assert status == 0 and "error" not in found, found.get("error")
@@ -680,7 +685,7 @@ def test_cluster_run_example_on_kubernetes(kube, capfd):
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
                    "--namespace", NS, "--image", IMAGE,
                    "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}",
-                   "--env", "PYTHONFAULTHANDLER=1", script, "5"])  # a crash at exit shows where
+                   "--env", "PYTHONFAULTHANDLER=1", "--no-working-dir", script, "5"])  # a crash at exit shows where
     captured = capfd.readouterr()
     out = captured.out
     assert status == 0, out + captured.err

@@ -32,8 +32,9 @@ from .store import Store, now
 from .wire import Request, Response, is_true
 
 KINDS = {"pods": ("Pod", "V1Pod"), "secrets": ("Secret", "V1Secret"),
-         "events": ("Event", "CoreV1Event")}
-COLLECTION = r"(?P<resource>pods|secrets|events)"
+         "configmaps": ("ConfigMap", "V1ConfigMap"), "events": ("Event", "CoreV1Event")}
+COLLECTION = r"(?P<resource>pods|secrets|configmaps|events)"
+WRITABLE = r"(?P<resource>pods|secrets|configmaps)"
 NS = r"/api/v1/namespaces/(?P<ns>[^/]+)"
 WATCH_DEFAULT_TIMEOUT = 1800
 
@@ -54,10 +55,10 @@ class Api:
         self.errors: list[str] = []
         self.routes = [
             ("GET", rf"^{NS}/{COLLECTION}$", self.list_or_watch),
-            ("POST", rf"^{NS}/(?P<resource>pods|secrets)$", self.create),
-            ("DELETE", rf"^{NS}/(?P<resource>pods|secrets)$", self.delete_collection),
+            ("POST", rf"^{NS}/{WRITABLE}$", self.create),
+            ("DELETE", rf"^{NS}/{WRITABLE}$", self.delete_collection),
             ("GET", rf"^{NS}/{COLLECTION}/(?P<name>[^/]+)$", self.get),
-            ("DELETE", rf"^{NS}/(?P<resource>pods|secrets)/(?P<name>[^/]+)$", self.delete),
+            ("DELETE", rf"^{NS}/{WRITABLE}/(?P<name>[^/]+)$", self.delete),
             ("GET", rf"^{NS}/pods/(?P<name>[^/]+)/log$",
              lambda req, ns, name: read_log(self, req, ns, name)),
             ("GET", rf"^{NS}/pods/(?P<name>[^/]+)/status$", self.get),
@@ -175,6 +176,8 @@ class Api:
             validation.validate_pod(obj)
             validation.default_pod(obj)
             obj["status"] = {"phase": "Pending", "qosClass": validation.qos_class(obj)}
+        elif resource == "configmaps":
+            validation.validate_config_map(obj)
         else:
             _secret_data(obj)
             obj.setdefault("type", "Opaque")
@@ -281,7 +284,7 @@ class Api:
                 raise not_found(resource, name)
             if opts["dryRun"] == "All":
                 return Response(200, _with_kind(resource, obj))
-            if resource == "secrets":
+            if resource != "pods":
                 self.store.delete(resource, ns, name)
                 self.gc.later(self.gc.collect, ns, obj["metadata"]["uid"], opts["propagation"])
                 return Response(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},

@@ -45,20 +45,36 @@ def write_kubeconfig(path: Path, host: str, token: str, namespace: str = "defaul
     return path
 
 
-@pytest.fixture
-def k8s_api(tmp_path):
-    """Start an :class:`ApiServerDouble`; close it (and its pods) at teardown.
-
-    Fails the test at teardown if the double itself raised internally.
-    """
+def _serve(tmp_path: Path, make_runner=None):
+    """An :class:`ApiServerDouble` (runner made by ``make_runner(kubeconfig)``) while the
+    generator runs; it fails the test at the end if the double itself raised internally."""
     token = secrets.token_hex(16)
-    server = ApiServerDouble(token=token)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.touch()
+    server = ApiServerDouble(runner=make_runner(kubeconfig) if make_runner else None, token=token)
     configuration = client.Configuration(host=server.host)
     configuration.api_key = {"BearerToken": token}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.host, token)
+    write_kubeconfig(kubeconfig, server.host, token)
     try:
         yield K8sApi(server, configuration, kubeconfig, token)
     finally:
         server.close()
     assert not server.errors, "the API server double failed:\n" + "\n".join(server.errors)
+
+
+@pytest.fixture
+def k8s_api(tmp_path):
+    """Start an :class:`ApiServerDouble`; close it (and its pods) at teardown."""
+    yield from _serve(tmp_path)
+
+
+@pytest.fixture
+def k8s_docker_api(tmp_path):
+    """A double whose pods are Docker containers of their image (:mod:`.docker_runner`),
+    with the kubeconfig mounted at the same path in each: a master pod reaches the
+    double through it (``FIBERLITE_KUBECONFIG``), as a real one would through its
+    service account."""
+    from .docker_runner import DockerRunner
+    yield from _serve(tmp_path, lambda kubeconfig: DockerRunner(
+        mounts={str(kubeconfig): str(kubeconfig)}))

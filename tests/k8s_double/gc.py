@@ -13,7 +13,7 @@ DELAY = 0.05          # asynchronous, as for real (where it takes seconds)
 
 
 class GarbageCollector:
-    """Deletes pods and secrets whose owners (v1 Pods/Secrets) are gone."""
+    """Deletes pods, secrets and config maps whose owners (v1 Pods/Secrets) are gone."""
 
     def __init__(self, api):
         self.api = api
@@ -43,7 +43,7 @@ class GarbageCollector:
     def collect(self, ns: str, owner_uid: str, propagation: str) -> None:
         """Delete (or orphan) the dependents of a deleted owner, like the real GC."""
         with self.api.store.cond:
-            for resource in ("pods", "secrets"):
+            for resource in ("pods", "secrets", "configmaps"):
                 for obj in self.api.store.list(resource, ns):
                     refs = obj["metadata"].get("ownerReferences") or []
                     if not any(r.get("uid") == owner_uid for r in refs):

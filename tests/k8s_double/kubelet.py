@@ -18,6 +18,7 @@ from typing import Callable, Optional
 from .env import HOST_IP, NODE, ConfigError, container_env, expand
 from .runner import ContainerStart, Handle, LogBuffer, StartError
 from .store import now
+from .volumes import MountError, container_files
 
 RESTART_BACKOFF = 0.2   # seconds (10 s and growing on a real node)
 PULL_BACKOFF = 0.3
@@ -43,6 +44,7 @@ class PodRun:
     placed: bool = False               # holds one of the node's places (see Api.capacity)
     propagation: str = "Background"
     envs: dict = dataclasses.field(default_factory=dict)       # name -> env
+    files: dict = dataclasses.field(default_factory=dict)      # name -> mounted files
 
 
 class Kubelet:
@@ -145,7 +147,7 @@ class Kubelet:
         return True
 
     def _prepare(self, run: PodRun) -> bool:
-        """Image pulls, then the containers' env; both retried like a kubelet."""
+        """Image pulls, then the containers' volumes and env; retried like a kubelet."""
         pod = self._pod(run)
         if pod is None:
             return False
@@ -158,6 +160,18 @@ class Kubelet:
                     return False
             self.api.record_event(pod, "Pulled", f'Container image "{image}" already present '
                                   "on machine", field_path=c["name"])
+        reported = None
+        while True:
+            try:
+                run.files = {c["name"]: container_files(self.store, pod, c)
+                             for c in pod["spec"]["containers"]}
+                break
+            except MountError as exc:
+                if str(exc) != reported:
+                    reported = str(exc)
+                    self.api.record_event(pod, "FailedMount", reported, "Warning")
+            if not self._wait_for(run, lambda: False, 0.2):
+                return False
         reported = None
         while True:
             try:
@@ -222,7 +236,7 @@ class Kubelet:
         command = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         state = run.states[name]
         try:
-            handle = self.runner(ContainerStart(pod, c, env, command, log))
+            handle = self.runner(ContainerStart(pod, c, env, command, log, run.files.get(name, {})))
         except StartError as exc:
             log.close()
             run.exits[name] = None

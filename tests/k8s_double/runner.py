@@ -3,7 +3,8 @@
 A runner is any callable ``runner(start: ContainerStart) -> Handle``.  The
 default, :class:`LocalRunner`, runs the container's ``command + args`` as a
 local process in its own session (so a kill reaches the process tree, as a
-container stop would).  A Docker runner can be plugged in the same way.
+container stop would); it mounts no volume.  :mod:`.docker_runner` runs each
+container as a Docker container of the pod's image.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class ContainerStart:
     env: dict            # fully resolved environment (spec env, secrets, HOSTNAME)
     command: list        # ``command + args`` after ``$(VAR)`` expansion
     log: LogBuffer       # where stdout/stderr go
+    # ConfigMap and Secret volumes: {mountPath: {relative path: bytes}} (volumes.py)
+    files: dict = dataclasses.field(default_factory=dict)
 
 
 class Handle(Protocol):

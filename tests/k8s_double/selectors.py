@@ -16,6 +16,7 @@ FIELDS = {
              "spec.serviceAccountName", "status.phase", "status.podIP",
              "status.nominatedNodeName"},
     "secrets": {"metadata.name", "metadata.namespace", "type"},
+    "configmaps": {"metadata.name", "metadata.namespace"},
     "events": {"metadata.name", "metadata.namespace", "involvedObject.kind",
                "involvedObject.namespace", "involvedObject.name",
                "involvedObject.uid", "involvedObject.apiVersion",

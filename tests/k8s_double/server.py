@@ -128,6 +128,9 @@ class ApiServerDouble:
         for run in runs:
             for handle in list(run.handles.values()):
                 handle.wait(5)
+        runner_close = getattr(self.api.kubelet.runner, "close", None)
+        if runner_close is not None:
+            runner_close()
         self._http.shutdown()
         self._http.close_connections()
         self._http.server_close()

@@ -6,7 +6,7 @@ import base64
 import re
 
 from .decode import quantity
-from .errors import invalid
+from .errors import bad_request, invalid
 
 LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 SUBDOMAIN = rf"{LABEL}(\.{LABEL})*"
@@ -237,6 +237,35 @@ def validate_secret(secret: dict) -> None:
     if size > 1048576:
         errs.too_long("data", 1048576)
     errs.raise_for("Secret", meta.get("name") or meta.get("generateName"))
+
+
+def validate_config_map(config_map: dict) -> None:
+    """Keys (each in ``data`` or ``binaryData``, not both), base64 of ``binaryData`` and
+    the 1 MiB limit on both together."""
+    errs = Errors()
+    meta = config_map.get("metadata") or {}
+    check_metadata(errs, meta)
+    size = 0
+    data, binary = config_map.get("data") or {}, config_map.get("binaryData") or {}
+    for section, values in (("data", data), ("binaryData", binary)):
+        for key, value in values.items():
+            if not re.fullmatch(CONFIG_KEY, key):
+                errs.invalid(f"{section}[{key}]", key, "a valid config key must consist of "
+                             "alphanumeric characters, '-', '_' or '.' (regex used for "
+                             f"validation is '{CONFIG_KEY}')")
+            if section == "binaryData":
+                try:
+                    size += len(base64.b64decode(value, validate=True))
+                except ValueError as exc:
+                    raise bad_request(f'ConfigMap in version "v1" cannot be handled as a '
+                                      f"ConfigMap: illegal base64 data for key {key!r}: {exc}")
+                if key in data:
+                    errs.invalid(f"binaryData[{key}]", key, "duplicate of key present in data")
+            else:
+                size += len(value)
+    if size > 1048576:
+        errs.too_long("[]", 1048576)
+    errs.raise_for("ConfigMap", meta.get("name") or meta.get("generateName"))
 
 
 def decode_secret_data(secret: dict) -> dict[str, bytes]:

@@ -2,8 +2,10 @@
 
 - Image: ``JobSpec.image`` (``@meta(image=...)`` or the ``image`` setting), else the
   image of the container this process runs in; neither is a :class:`BackendError`.
-- Code and data: the working directory and the user's ``sys.path`` directories are
-  bind-mounted at the same paths (see :mod:`.spec`).
+- Code and data: with an engine of this machine, the working directory and the user's
+  ``sys.path`` directories are bind-mounted at the same paths (see :mod:`.spec`); with
+  a remote engine (or ``mount_working_dir`` false) jobs get a copy of the working
+  directory instead.
 - Network: ``docker_network`` = ``host`` (default; jobs reach their parent on
   127.0.0.1) or the name of a Docker network (jobs reach a parent on the host through
   the network's gateway, a parent in a container through its address on the network).
@@ -67,6 +69,7 @@ class DockerBackend(Backend):
     """Jobs are containers of one Docker engine (``DOCKER_HOST`` or the local socket)."""
 
     name = "docker"
+    delivers_tree = True
 
     def __init__(self) -> None:
         self._api: Any = None
@@ -103,6 +106,10 @@ class DockerBackend(Backend):
         network = config.get("docker_network")
         if network != "host":
             self._network(network)
+
+    def shares_working_dir(self) -> bool:
+        return docker_spec.sees_working_dir(config.settings(), self.own_container(),
+                                            self._client().base_url)
 
     # -- where children reach this process --------------------------------------------------
     def listen_host(self) -> str:
@@ -187,6 +194,8 @@ class DockerBackend(Backend):
             if spec.secret_env:
                 api.put_archive(cid, "/",
                                 docker_spec.secrets_archive(spec.secret_env, conf.user))
+            if spec.tree is not None:
+                api.put_archive(cid, "/", docker_spec.tree_archive(spec.tree, conf.user))
             sock = api.attach_socket(cid, params={"stdout": 1, "stderr": 1, "stream": 1, "logs": 1})
             job.pump = OutputPump(sock, name, self._notify)
             job.pump.start()

@@ -3,10 +3,13 @@
 What a job container gets:
 
 - the working directory (setting ``working_dir``, default the parent's cwd) bind-mounted
-  read-write at the same path, unless ``mount_working_dir`` is false;
-- every directory on the parent's ``sys.path`` that is not part of Python or an
-  installed package (a source checkout, a tests directory, the script's directory)
-  bind-mounted read-only at the same path, so that code pickled by reference imports;
+  read-write at the same path when the engine runs on this machine (a Unix socket) and
+  ``mount_working_dir`` is true (:func:`mounts_working_dir`); otherwise the job gets a
+  copy (``fiberlite.runtime.tree``; a master of ``fiberlite run``: :func:`tree_archive`);
+- with an engine of this machine, every directory on the parent's ``sys.path`` that is
+  not part of Python or an installed package (a source checkout, a tests directory, the
+  script's directory) bind-mounted read-only at the same path, so that code pickled by
+  reference imports;
 - ``JobSpec.volumes`` (an absolute host path is a bind mount, any other name a Docker volume);
 - the Docker socket (when the daemon is reached through one), so that a job can start
   jobs of its own; the container runs as the parent's user when that is not root;
@@ -38,12 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...errors import BackendError
-from ..base import SECRETS_FILE_ENV, JobSpec, encode_secrets
+from ..base import (SECRETS_FILE_ENV, TREE_DIGEST_ENV, TREE_ENV, TREE_PART_NAME, TREE_PARTS_ENV,
+                    JobSpec, TreeArchive, encode_secrets)
 from .api import CONTAINER_ENV, OwnContainer
 
 SOCKET_PATH = "/var/run/docker.sock"
 SECRETS_DIR = "/.fiberlite-secrets"  # made by the archive in the container's own root, never a mount
 SECRETS_FILE = "secrets"
+TREE_DIR = "/.fiberlite-tree"  # a master's packed working directory (JobSpec.tree), copied in
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
@@ -205,21 +210,24 @@ def build(spec: JobSpec, image: str, network: str, settings: dict[str, Any],
             targets.add(mount.target)
             mounts.append(mount)
 
-    working_dir = os.path.abspath(settings.get("working_dir") or spec.cwd or os.getcwd())
+    chosen = settings.get("working_dir")
+    working_dir = os.path.abspath(os.path.expanduser(chosen or spec.cwd or os.getcwd()))
+    local = _is_unix(base_url)
     mounted_work = False
-    if settings.get("mount_working_dir", True):
-        if system_dir(working_dir):
-            raise BackendError(
-                f"the working directory is {working_dir}, a system directory that cannot be "
-                "mounted into job containers: "
-                "set working_dir to your project's directory (FIBERLITE_WORKING_DIR), "
-                "or mount_working_dir=false")
+    if chosen is not False and local and settings.get("mount_working_dir", True):
         source = host_path(working_dir)
         if source is not None:
+            if system_dir(working_dir):
+                raise BackendError(
+                    f"the working directory is {working_dir}, a system directory that cannot be "
+                    "mounted into job containers: set working_dir to your project's directory "
+                    "(FIBERLITE_WORKING_DIR), or working_dir=off")
             add(Mount(source, working_dir))
             mounted_work = True
-    for path in code_dirs(sys.path if path_entries is None else path_entries):
-        if mounted_work and _inside(path, working_dir):
+    # a remote engine has none of this machine's paths; a working directory that is not
+    # mounted travels as a copy, its code with it
+    for path in code_dirs(sys.path if path_entries is None else path_entries) if local else ():
+        if chosen is not False and _inside(path, working_dir):
             continue
         source = host_path(path)
         if source is not None:
@@ -243,6 +251,9 @@ def build(spec: JobSpec, image: str, network: str, settings: dict[str, Any],
     environment = dict(spec.env)
     if spec.secret_env:
         environment[SECRETS_FILE_ENV] = f"{SECRETS_DIR}/{SECRETS_FILE}"
+    if spec.tree is not None:
+        environment[TREE_PARTS_ENV] = TREE_DIR
+        environment[TREE_DIGEST_ENV] = spec.tree.digest
     name = container_name(spec.name)
     environment[CONTAINER_ENV] = name
     if not _is_unix(base_url):  # a TCP daemon: tell the job where it is (certificates: volumes)
@@ -269,21 +280,52 @@ def build(spec: JobSpec, image: str, network: str, settings: dict[str, Any],
         gpus=int(spec.gpu) if spec.gpu else None)
 
 
-def secrets_archive(secret_env: dict[str, str], user: str | None) -> bytes:
-    """A tar of :data:`SECRETS_DIR` (0700) holding one file with ``secret_env`` (0600),
-    both owned by the container's ``user`` ("uid:gid", root when None), which can read
-    and remove it; for ``put_archive`` at ``/`` before the container starts."""
-    data = encode_secrets(secret_env)
-    folder = tarfile.TarInfo(SECRETS_DIR.lstrip("/"))
-    folder.type, folder.mode = tarfile.DIRTYPE, 0o700
-    member = tarfile.TarInfo(f"{folder.name}/{SECRETS_FILE}")
-    member.size, member.mode = len(data), 0o600
-    if user:
-        uid, _, gid = user.partition(":")
-        for entry in (folder, member):
-            entry.uid, entry.gid = int(uid), int(gid or 0)
+def mounts_working_dir(settings: dict[str, Any], own: OwnContainer | None, base_url: str) -> bool:
+    """True when :func:`build` bind-mounts the working directory: on, ``mount_working_dir``,
+    an engine of this machine, and a path the engine's host has."""
+    if settings.get("working_dir") is False or not settings.get("mount_working_dir", True):
+        return False
+    if not _is_unix(base_url):
+        return False
+    chosen = settings.get("working_dir")
+    working_dir = os.path.abspath(os.path.expanduser(chosen or os.getcwd()))
+    return own is None or own.host_path(working_dir) is not None
+
+
+def sees_working_dir(settings: dict[str, Any], own: OwnContainer | None, base_url: str) -> bool:
+    """True when job containers see the working directory as it is here: bind-mounted,
+    or (this process runs in a container whose working directory came with its image,
+    not sent to it) the same image."""
+    return (mounts_working_dir(settings, own, base_url)
+            or (own is not None and not os.environ.get(TREE_ENV)))
+
+
+def _private_archive(folder: str, files: dict[str, bytes], user: str | None) -> bytes:
+    """A tar of ``folder`` (0700) holding ``files`` (0600), all owned by the container's
+    ``user`` ("uid:gid", root when None), for ``put_archive`` at ``/`` before it starts."""
+    directory = tarfile.TarInfo(folder.lstrip("/"))
+    directory.type, directory.mode = tarfile.DIRTYPE, 0o700
+    members = [(directory, None)]
+    for name, data in files.items():
+        member = tarfile.TarInfo(f"{directory.name}/{name}")
+        member.size, member.mode = len(data), 0o600
+        members.append((member, data))
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        archive.addfile(folder)
-        archive.addfile(member, io.BytesIO(data))
+        for entry, data in members:
+            if user:
+                uid, _, gid = user.partition(":")
+                entry.uid, entry.gid = int(uid), int(gid or 0)
+            archive.addfile(entry, None if data is None else io.BytesIO(data))
     return buffer.getvalue()
+
+
+def secrets_archive(secret_env: dict[str, str], user: str | None) -> bytes:
+    """:data:`SECRETS_DIR` holding one file with ``secret_env``, readable (and removable)
+    by the container's user only; the job reads and removes it before it runs anything."""
+    return _private_archive(SECRETS_DIR, {SECRETS_FILE: encode_secrets(secret_env)}, user)
+
+
+def tree_archive(tree: TreeArchive, user: str | None) -> bytes:
+    """:data:`TREE_DIR` holding the packed working directory as one part."""
+    return _private_archive(TREE_DIR, {TREE_PART_NAME.format(0): tree.data}, user)

@@ -19,6 +19,9 @@ line (``fiberlite ps``, ``clean``, ``logs``) itself.
   reason within seconds (:mod:`.status` says which code).
 - When a job ends, its pod's log is copied to this process's stdout (a pod's output
   is not a terminal) and the pod is deleted.
+- Working directory: a job started from outside the cluster, or from a pod that runs in
+  a working directory sent to it, gets a copy from its creator (``fiberlite.runtime.tree``);
+  the master pod of ``fiberlite run`` gets it in ConfigMaps owned by it (``JobSpec.tree``).
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from urllib.parse import urlsplit
 
 from ... import config
 from ...errors import BackendError
-from ..base import RUN_LABEL, Backend, Job, JobSpec, JobState, decode_stream
+from ..base import RUN_LABEL, TREE_ENV, Backend, Job, JobSpec, JobState, decode_stream
 from .api import TIMEOUT, api_error, connect, is_status
 from .pods import label_value
 from .session import Session
@@ -46,6 +49,7 @@ class KubernetesBackend(Backend):
     """Jobs are pods; see the module docstring."""
 
     name = "kubernetes"
+    delivers_tree = True
 
     def __init__(self) -> None:
         self._sessions: dict[tuple, Session] = {}
@@ -91,6 +95,12 @@ class KubernetesBackend(Backend):
     def preflight(self) -> None:
         """Load the cluster configuration now: its absence is a clear error at start()."""
         self._session()
+
+    def shares_working_dir(self) -> bool:
+        """In a pod whose working directory came with its image, children run the same
+        image there; anywhere else (a laptop, a working directory sent to the pod) they
+        need a copy."""
+        return not os.environ.get(TREE_ENV) and self._session().master() is not None
 
     def pod_proxy_url(self, pod: str, port: int) -> str:
         """The API server's proxy address of ``port`` on ``pod`` (opened with the user's
@@ -171,18 +181,8 @@ class KubernetesBackend(Backend):
                 break
             session.kill(fresh)
             removed.update(fresh)
-        try:
-            found = session.api.list_namespaced_secret(session.namespace, label_selector=_run_selector(run_id),
-                                                       _request_timeout=TIMEOUT).items
-        except Exception as exc:
-            log.debug("cannot list Secrets (they go with their owner pod): %s", exc)
-            found = []
-        for secret in found:
-            try:
-                session.api.delete_namespaced_secret(secret.metadata.name, session.namespace,
-                                                     _request_timeout=TIMEOUT)
-            except Exception as exc:
-                log.debug("cannot delete Secret %s: %s", secret.metadata.name, exc)
+        for kind in ("secret", "config_map"):  # the run's key; the master's working directory
+            _delete_owned(session, kind, _run_selector(run_id))
         return len(removed)
 
     def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
@@ -205,6 +205,24 @@ class KubernetesBackend(Backend):
                 raise LookupError(f"no pod {job_name} in namespace {namespace!r}") from None
             raise api_error(exc, f"read the log of pod {job_name}", session.conn) from None
         return _text_chunks(response)
+
+
+def _delete_owned(session: Session, kind: str, label_selector: str) -> None:
+    """Delete the run's Secrets or ConfigMaps, when listing them is allowed (else they go
+    with the pod that owns them)."""
+    api = session.api
+    try:
+        found = getattr(api, f"list_namespaced_{kind}")(
+            session.namespace, label_selector=label_selector, _request_timeout=TIMEOUT).items
+    except Exception as exc:
+        log.debug("cannot list %ss (they go with their owner pod): %s", kind, exc)
+        return
+    for item in found:
+        try:
+            getattr(api, f"delete_namespaced_{kind}")(item.metadata.name, session.namespace,
+                                                       _request_timeout=TIMEOUT)
+        except Exception as exc:
+            log.debug("cannot delete %s %s: %s", kind, item.metadata.name, exc)
 
 
 def _run_selector(run_id: str | None) -> str:

@@ -9,18 +9,25 @@ hostPath) with their mounts, and its container's environment.
 """
 from __future__ import annotations
 
+import base64
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...units import format_memory
-from ..base import JobSpec
+from ..base import TREE_DIGEST_ENV, TREE_PART_NAME, TREE_PARTS_ENV, JobSpec, TreeArchive
 
 CONTAINER = "job"
 GRACE_SECONDS = 5  # SIGTERM to SIGKILL, for terminate() and for deletions by Kubernetes
 # volume kinds worth sharing with children; emptyDir is per pod, and the projected
 # service account token volume is added by Kubernetes to every pod anyway
 _SHARED_VOLUMES = ("persistent_volume_claim", "config_map", "secret", "nfs", "csi", "host_path")
+# a job started in a packed working directory (JobSpec.tree): its parts are ConfigMaps
+# (binaryData) owned by its pod, projected into one directory of the container
+TREE_VOLUME = "fiberlite-tree"
+TREE_MOUNT = "/var/run/fiberlite/tree"
+TREE_PART_BYTES = 1_000_000  # under a ConfigMap's 1 MiB (etcd's request limit is 1.5 MiB)
+TREE_KEY = "part"
 
 
 def label_value(value: Any) -> str:
@@ -123,6 +130,36 @@ def _volumes(spec: JobSpec) -> tuple[list, list]:
     return volumes, mounts
 
 
+def tree_map_names(pod_name: str, tree: TreeArchive) -> list[str]:
+    """The names of the ConfigMaps that hold ``tree`` for pod ``pod_name``."""
+    count = len(tree.parts(TREE_PART_BYTES))
+    return [f"{pod_name}-tree-{i}" for i in range(count)]
+
+
+def _tree_volume(pod_name: str, tree: TreeArchive) -> tuple[Any, Any]:
+    """One projected volume of every part, as ``part-0000``... in :data:`TREE_MOUNT`."""
+    from kubernetes import client
+    sources = [client.V1VolumeProjection(config_map=client.V1ConfigMapProjection(
+        name=map_name, items=[client.V1KeyToPath(key=TREE_KEY, path=TREE_PART_NAME.format(i))]))
+        for i, map_name in enumerate(tree_map_names(pod_name, tree))]
+    volume = client.V1Volume(name=TREE_VOLUME, projected=client.V1ProjectedVolumeSource(
+        sources=sources))
+    return volume, client.V1VolumeMount(name=TREE_VOLUME, mount_path=TREE_MOUNT, read_only=True)
+
+
+def build_tree_maps(pod: Any, tree: TreeArchive, labels: dict[str, str]) -> list[Any]:
+    """The ConfigMaps of ``tree`` for the created ``pod``, owned by it (they go with it)."""
+    from kubernetes import client
+    owner = client.V1OwnerReference(api_version="v1", kind="Pod", name=pod.metadata.name,
+                                    uid=pod.metadata.uid)
+    return [client.V1ConfigMap(
+        api_version="v1", kind="ConfigMap",
+        metadata=client.V1ObjectMeta(name=map_name, labels=labels or None, owner_references=[owner]),
+        binary_data={TREE_KEY: base64.b64encode(part).decode()}, immutable=True)
+        for map_name, part in zip(tree_map_names(pod.metadata.name, tree),
+                                  tree.parts(TREE_PART_BYTES))]
+
+
 def build_pod(spec: JobSpec, name: str, image: str, master: MasterPod | None,
               secret_name: str | None, service_account: str | None = None,
               labels: dict[str, str] | None = None) -> Any:
@@ -149,6 +186,12 @@ def build_pod(spec: JobSpec, name: str, image: str, master: MasterPod | None,
         taken = {m.mount_path for m in mounts}
         volumes = list(master.volumes) + volumes
         mounts = [m for m in master.mounts if m.mount_path not in taken] + mounts
+    if spec.tree is not None:
+        volume, mount = _tree_volume(name, spec.tree)
+        volumes.append(volume)
+        mounts.append(mount)
+        for key, value in ((TREE_PARTS_ENV, TREE_MOUNT), (TREE_DIGEST_ENV, spec.tree.digest)):
+            env[key] = client.V1EnvVar(name=key, value=value)
     container = client.V1Container(
         name=CONTAINER, image=image, command=[_escape(a) for a in spec.command],
         env=list(env.values()), env_from=list(master.env_from) if master else None,

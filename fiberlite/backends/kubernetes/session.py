@@ -23,7 +23,8 @@ from ... import config
 from ...errors import BackendError
 from ..base import JOB_LABEL, RUN_LABEL, WATCHED_LABELS, Backend, Job, JobSpec, JobState
 from .api import TIMEOUT, Connection, api_error, in_cluster, is_status, pod_namespace
-from .pods import GRACE_SECONDS, MasterPod, build_pod, build_secret, dns_name, label_value, selector
+from .pods import (GRACE_SECONDS, MasterPod, build_pod, build_secret, build_tree_maps, dns_name,
+                   label_value, selector)
 from .status import (IMAGE_REASONS, START_FAILED, Outcome, describe, job_state, outcome,
                      start_problem, unschedulable_message, waiting)
 from .watch import PodWatcher
@@ -31,6 +32,7 @@ from .watch import PodWatcher
 log = logging.getLogger("fiberlite.kubernetes")
 
 _UNSET: Any = object()
+TREE_UPLOADS = 4  # ConfigMaps of a working directory created at once
 
 
 @dataclass(eq=False)
@@ -132,6 +134,8 @@ class Session:
                     continue
                 raise api_error(exc, f"create pod {name} in namespace {self.namespace!r}",
                                 self.conn) from None
+        if spec.tree is not None:
+            self._store_tree(created, spec, labels)
         job = PodJob(self, name, uid=created.metadata.uid, pod=created,
                      waits_for_capacity=spec.waits_for_capacity)
         with self.cond:
@@ -144,6 +148,29 @@ class Session:
         if problem:
             self._diagnose(job, problem)
         return Job(backend, name, spec, pid=None, handle=job)
+
+    def _store_tree(self, pod: Any, spec: JobSpec, labels: dict[str, str]) -> None:
+        """The ConfigMaps of the pod's working directory, a few at a time (the pod waits
+        for them to be mounted); if they cannot all be made, the pod goes and the error
+        says why."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def create(body: Any) -> BackendError | None:
+            try:
+                self.api.create_namespaced_config_map(self.namespace, body, _request_timeout=TIMEOUT)
+                return None
+            except Exception as exc:
+                return api_error(exc, f"create ConfigMap {body.metadata.name} (the working "
+                                 f"directory of pod {pod.metadata.name})", self.conn)
+
+        with ThreadPoolExecutor(TREE_UPLOADS) as uploads:
+            errors = [e for e in uploads.map(create, build_tree_maps(pod, spec.tree, labels)) if e]
+        if errors:
+            with self.cond:
+                self._creating.discard(pod.metadata.name)
+                self._seen.pop(pod.metadata.name, None)
+            self._delete(pod.metadata.name, 0)
+            raise errors[0]
 
     def _watch(self, label_selector: str) -> None:
         with self._lock:

@@ -39,6 +39,9 @@ class LocalBackend(Backend):
 
     name = "local"
 
+    def shares_working_dir(self) -> bool:
+        return True  # the same machine, the same files
+
     def create_job(self, spec: JobSpec) -> Job:
         """Start the process; its secret environment travels on a pipe, so that it is in
         neither its environment nor /proc/PID/environ. With the ``dashboard`` setting on,
