@@ -69,6 +69,16 @@ class Client:
             raise ConnectionError(f"cannot connect to {address}: {exc}") from None
 
     def _authenticate(self, key: bytes) -> None:
+        # a call like the others: a loss meanwhile must not close the socket while the
+        # handshake's context is being closed (see guard)
+        if not self._guard.enter():
+            raise ConnectionError(f"connection to {self.address} was closed during the handshake")
+        try:
+            self._handshake(key)
+        finally:
+            self._guard.leave()
+
+    def _handshake(self, key: bytes) -> None:
         ctx = self._guard.open_context(pynng.Socket.new_context)
         if ctx is None:
             raise ConnectionError(f"connection to {self.address} was closed during the handshake")

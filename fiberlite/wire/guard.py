@@ -15,6 +15,11 @@ receive on it:
 - nng's socket close waits for every context of the socket, and a context that was
   opened after the others were aborted would be waited on for ever: opening one and
   beginning to close exclude each other, and a closing guard opens none.
+- nng frees a closed context's protocol state *after* it has told the socket that the
+  context is gone, so a socket closed while another thread closes one of its contexts
+  may free that state under it (nng panics in ``pthread_mutex_unlock``). The release
+  therefore never begins while the abort is still closing contexts: a call that
+  leaves meanwhile leaves the release to the abort's end.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ class CallGuard:
         self._lock = threading.Lock()
         self._busy = 0
         self.closing = False
+        self._aborting = False  # the abort runs: no release until it has finished
         self._released = False
 
     def enter(self) -> bool:
@@ -65,7 +71,7 @@ class CallGuard:
             self._release()
 
     def _take_release(self) -> bool:
-        last = self.closing and not self._busy and not self._released
+        last = self.closing and not self._busy and not self._aborting and not self._released
         if last:
             self._released = True
         return last
@@ -76,10 +82,13 @@ class CallGuard:
         with self._lock:
             if self.closing:
                 return False
-            self.closing = True
-        self._abort()
-        with self._lock:
-            last = self._take_release()
+            self.closing = self._aborting = True
+        try:
+            self._abort()
+        finally:
+            with self._lock:
+                self._aborting = False
+                last = self._take_release()
         if last:
             self._release_off_nng_threads()
         return True

@@ -54,3 +54,27 @@ def test_a_last_call_on_a_thread_python_did_not_start_releases_on_a_thread_of_it
     _thread.start_new_thread(leave_on_a_foreign_thread, ())
     assert left.wait(DEADLINE) and seen.released.wait(DEADLINE)
     assert seen.releases == ["fiberlite-release"]
+
+
+def test_a_call_that_leaves_during_the_abort_leaves_the_release_to_its_end():
+    """nng frees a closed context's state after the socket may already be closing: the
+    socket's release must not overlap the abort that closes the contexts."""
+    order: list[str] = []
+    aborting, go_on = threading.Event(), threading.Event()
+
+    def abort() -> None:
+        order.append("abort begins")
+        aborting.set()
+        go_on.wait(DEADLINE)
+        order.append("abort ends")
+
+    guard = CallGuard(abort, lambda: order.append("release"))
+    assert guard.enter()
+    closer = threading.Thread(target=guard.close)
+    closer.start()
+    assert aborting.wait(DEADLINE)
+    guard.leave()  # the last call leaves while the contexts are being closed
+    assert order == ["abort begins"]
+    go_on.set()
+    closer.join(DEADLINE)
+    assert order == ["abort begins", "abort ends", "release"]
