@@ -155,3 +155,31 @@ def test_master_sigkilled_leaves_no_job(slurm_cluster, tmp_path):
     finally:
         master.kill()
         master.wait(10)
+
+
+def test_master_sigkilled_leaves_no_queued_job(slurm_cluster, tmp_path):
+    from interpreters import start_python
+    script = tmp_path / "master.py"
+    script.write_text(textwrap.dedent("""
+        import sys, fiberlite, jobs
+        from fiberlite.backends.slurm import commands
+        if __name__ == "__main__":
+            run = fiberlite.runtime.identity.run_id()
+            queued = fiberlite.Process(target=jobs.noop)
+            fiberlite.init(slurm_options="--begin=now+1hour")  # queued, reason BeginTime
+            queued.start()
+            print(run, flush=True)
+            sys.stdin.read()
+    """))
+    master = start_python(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          env={"FIBERLITE_BACKEND": "slurm", "FIBERLITE_SLURM_DIR": str(tmp_path / "slurm")})
+    try:
+        run_id = master.stdout.readline().strip()
+        assert [r.reason for r in run_jobs(run_id)] == ["BeginTime"]
+        master.kill()
+        master.wait(10)
+        eventually(lambda: all(r.ended for r in run_jobs(run_id)), 20,
+                   lambda: f"the queued job of the killed master: {run_jobs(run_id)}")
+    finally:
+        master.kill()
+        master.wait(10)

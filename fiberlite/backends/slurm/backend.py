@@ -15,6 +15,9 @@
   job still pending after ``start_timeout`` with Slurm's reason.
 - ``terminate``/``kill`` are ``scancel --signal=TERM|KILL``; a job killed by signal N
   exits with ``-N``.
+- No orphans: a running job exits when its parent's connection drops; the jobs still
+  queued are cancelled by :mod:`.reaper` when this process dies, by :meth:`close`
+  when it exits.
 """
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ from typing import Iterator
 
 from ... import config
 from ...errors import BackendError
-from ..base import RUN_LABEL, SECRETS_FILE_ENV, Backend, Job, JobSpec, JobState
-from . import commands, files
+from ..base import PARENT_LABEL, RUN_LABEL, SECRETS_FILE_ENV, Backend, Job, JobSpec, JobState
+from . import commands, files, reaper
 from .follow import Follower, SlurmJob
 
 log = logging.getLogger("fiberlite.slurm")
@@ -49,6 +52,7 @@ class SlurmBackend(Backend):
         self._follower: Follower | None = None
         self._lock = threading.Lock()
         self._dirs: set[Path] = set()
+        self._reapers: dict[tuple[str, str], object] = {}
 
     def preflight(self) -> None:
         """Slurm's commands must be here: without them nothing can be submitted."""
@@ -95,6 +99,7 @@ class SlurmBackend(Backend):
         with self._cond:
             self._jobs[job_id] = job
         self._follow()
+        self._watch_parent(run_id, spec.labels.get(PARENT_LABEL, ""))
         return Job(self, job_id, spec, pid=None, handle=job)
 
     def _follow(self) -> None:
@@ -102,6 +107,12 @@ class SlurmBackend(Backend):
             if self._follower is None or self._follower.closed:
                 self._follower = Follower(self._cond, self._live, lambda: float(config.get("start_timeout")))
             self._follower.wake.set()
+
+    def _watch_parent(self, run_id: str, parent: str) -> None:
+        """Once per run and parent: the watch that cancels the jobs if this process dies."""
+        with self._lock:
+            if (run_id, parent) not in self._reapers:
+                self._reapers[(run_id, parent)] = reaper.start(run_id, parent)
 
     def _live(self) -> list[SlurmJob]:
         with self._cond:

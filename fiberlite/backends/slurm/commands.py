@@ -8,6 +8,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -20,6 +21,8 @@ TIMEOUT = 60.0  # seconds a Slurm command may take (a busy controller answers sl
 FIELDS = ("JobID", "Name:512", "State", "Reason:256", "exit_code", "StdOut:1024", "Comment:1024")
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT")
+SIGNALLED = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE")  # Slurm sent SIGTERM
+NOT_RUN = 1  # exit code of a job that failed without an exit status of its own
 WAITING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
 
 
@@ -44,10 +47,13 @@ class Row:
         return self.state in WAITING
 
     def exitcode(self) -> int:
-        """The exit code as ``multiprocessing`` reports it: ``-N`` for signal N."""
+        """The exit code as ``multiprocessing`` reports it: ``-N`` for signal N; a job
+        Slurm ended before it ran or exited (cancelled, time limit: SIGTERM) is never 0."""
         status = self.status or 0
         if status & 0x7F:
             return -(status & 0x7F)
+        if status == 0 and self.state != "COMPLETED":
+            return -signal.SIGTERM if self.state in SIGNALLED else NOT_RUN
         return status >> 8
 
     def describe(self) -> str:

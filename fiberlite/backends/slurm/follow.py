@@ -5,6 +5,7 @@ with the reason Slurm gave."""
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -21,7 +22,7 @@ log = logging.getLogger("fiberlite.slurm")
 INTERVAL = 0.3  # seconds between two squeue calls while jobs are followed
 MISSING_TICKS = 5  # squeue calls a job may be absent from before it counts as lost
 START_FAILED = 1  # exit code of a job that never started
-_SIGNALLED = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE")  # Slurm sent SIGTERM
+_CANCEL_NOTE = re.compile(rb"slurmstepd[^\n]*: \*\*\* JOB \d+ ON \S+ CANCELLED AT [^\n]*\*\*\*\n?")
 
 
 @dataclass(eq=False)
@@ -49,16 +50,11 @@ class SlurmJob:
 
 
 def ended_code(job: SlurmJob, row: Row) -> int:
-    """The exit code of an ended job: the job's own status, the signal that killed it,
-    ``-N`` for a job this process cancelled with signal N."""
-    code = row.exitcode()
+    """The exit code of an ended job: its own status, the signal that killed it, ``-N``
+    for a job this process cancelled with signal N."""
     if job.requested is not None and row.state == "CANCELLED":
         return -job.requested
-    if code == 0 and row.state != "COMPLETED":
-        if row.state in _SIGNALLED:
-            return -signal.SIGTERM
-        return START_FAILED
-    return code
+    return row.exitcode()
 
 
 def end_message(job: SlurmJob, row: Row) -> str | None:
@@ -99,10 +95,12 @@ class Follower:
             self.wake.clear()
 
     def tick(self, live: list[SlurmJob]) -> None:
+        """One squeue call; the jobs that ended get their exit code, after what is said
+        about them is logged (a caller woken by the code finds the message there)."""
         rows = {row.id: row for row in commands.squeue([j.id for j in live])}
         now = time.monotonic()
         late: list[SlurmJob] = []
-        messages = []
+        ended: list[tuple[SlurmJob, int, str | None]] = []
         for job in live:
             row = rows.get(job.id)
             if row is not None and not row.waiting:
@@ -113,22 +111,24 @@ class Follower:
                 if row is None:
                     job.missing += 1
                     if job.missing >= MISSING_TICKS:
-                        job.exitcode = -(job.requested or signal.SIGKILL)
-                        messages.append(f"Slurm job {job.id} ({job.name}) is gone and its exit code "
-                                        f"was not seen; reporting {job.exitcode}")
+                        code = -(job.requested or signal.SIGKILL)
+                        ended.append((job, code, f"Slurm job {job.id} ({job.name}) is gone and its "
+                                                 f"exit code was not seen; reporting {code}"))
                     continue
                 job.missing = 0
                 job.row = row
                 if row.ended:
-                    job.exitcode = ended_code(job, row)
-                    messages.append(end_message(job, row))
+                    ended.append((job, ended_code(job, row), end_message(job, row)))
                 elif row.waiting and job.requested is None and now - job.created >= self.start_timeout():
                     late.append(job)
-        with self.cond:
-            self.cond.notify_all()
-        for message in messages:
+        for _, _, message in ended:
             if message:
                 log.warning("%s", message)
+        with self.cond:
+            for job, code, _ in ended:
+                if job.exitcode is None:
+                    job.exitcode = code
+            self.cond.notify_all()
         for job in late:
             self.fail_start(job)
 
@@ -138,6 +138,8 @@ class Follower:
         data = files.read_from(job.output, job.echoed)
         if data:
             job.echoed += len(data)
+            if job.requested is not None:  # Slurm's note that it cancelled the job, as asked
+                data = _CANCEL_NOTE.sub(b"", data)
             files.echo(data)
 
     def fail_start(self, job: SlurmJob) -> None:
@@ -150,13 +152,12 @@ class Follower:
         except Exception as exc:
             message += f"; cancelling it failed: {exc}"
         with self.cond:
+            job.requested = job.requested or signal.SIGTERM
+        log.error("%s", message)
+        with self.cond:
             if job.exitcode is None:
                 job.exitcode = START_FAILED
-                job.requested = job.requested or signal.SIGTERM
                 self.cond.notify_all()
-            else:
-                return
-        log.error("%s", message)
 
     def close(self) -> None:
         self.closed = True
