@@ -54,6 +54,9 @@ class SlurmBackend(Backend):
         self._dirs: set[Path] = set()
         self._reapers: dict[tuple[str, str], object] = {}
 
+    def shares_working_dir(self) -> bool:
+        return True  # a cluster's nodes share the filesystem jobs run from (see the docs)
+
     def preflight(self) -> None:
         """Slurm's commands must be here: without them nothing can be submitted."""
         commands.tool("sbatch")
