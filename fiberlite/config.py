@@ -109,11 +109,19 @@ class Setting:
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("backend", "local", _backend, "where jobs run: local, docker, kubernetes (or a plugin)"),
+    Setting("backend", "local", _backend, "where jobs run: local, docker, kubernetes, slurm (or a plugin)"),
     Setting("image", None, _text, "container image for jobs (default: the parent's own image)"),
     Setting("docker_network", "host", _text, "Docker network for job containers: host or a network name"),
     Setting("namespace", None, _text, "Kubernetes namespace (default: the pod's own, else 'default')"),
     Setting("kubeconfig", None, _text, "kubeconfig file when running outside a cluster"),
+    Setting("slurm_partition", None, _text, "Slurm partition for jobs (default: the cluster's default)"),
+    Setting("slurm_account", None, _text, "Slurm account jobs are charged to (sbatch --account)"),
+    Setting("slurm_qos", None, _text, "Slurm quality of service for jobs (sbatch --qos)"),
+    Setting("slurm_time", None, _text, "Slurm time limit per job, as sbatch --time takes it (e.g. 1:00:00)"),
+    Setting("slurm_options", None, _text, "more sbatch options for every job, as on a command line "
+            "(e.g. '--constraint=skylake --exclusive')"),
+    Setting("slurm_dir", None, _text, "directory, seen by every node, for Slurm jobs' output and key "
+            "files (default: ~/.local/state/fiberlite/slurm)"),
     Setting("log_level", "WARNING", _level, "logging level of fiberlite's logger"),
     Setting("listen_host", None, _text, "address other jobs use to reach this process (default: from the backend)"),
     Setting("working_dir", None, _working_dir,

@@ -88,4 +88,4 @@ def test_meta_validates_and_attaches():
 
 def test_unknown_backend_in_context_is_clear():
     with pytest.raises(ValueError, match="available|backend"):
-        fiberlite.get_context("slurm")
+        fiberlite.get_context("no-such-backend")

@@ -15,6 +15,7 @@ _BUILTIN = {
     "local": "fiberlite.backends.local:LocalBackend",
     "docker": "fiberlite.backends.docker:DockerBackend",
     "kubernetes": "fiberlite.backends.kubernetes:KubernetesBackend",
+    "slurm": "fiberlite.backends.slurm:SlurmBackend",
 }
 _instances: dict[str, Backend] = {}
 _lock = threading.Lock()

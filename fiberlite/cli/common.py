@@ -79,5 +79,5 @@ def on_backends(names: list[str], action: Callable[[str, Backend], None]) -> int
 
 def backend_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
-                        help="local, docker, kubernetes or all; repeatable "
+                        help="local, docker, kubernetes, slurm or all; repeatable "
                              "(default: local and the configured backend)")

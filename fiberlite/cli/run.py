@@ -2,7 +2,8 @@
 
 local: a child process of this command (its output is shown and kept for
 ``fiberlite logs``); docker / kubernetes: a container / pod created through the
-backend with ``python script.py args...``, whose log is streamed here. The master's
+backend with ``python script.py args...``, whose log is streamed here; slurm: a
+batch job, whose output file is streamed here. The master's
 environment names the run (``FIBERLITE_RUN_ID``, ``FIBERLITE_JOB_NAME``) and the
 backend (``FIBERLITE_BACKEND``), so that the jobs it starts belong to the run.
 The command exits with the master's exit code (128 + N when a signal N killed it).
@@ -58,7 +59,8 @@ def add_parser(commands) -> None:
                "  fiberlite run train.py --epochs 3\n"
                "  fiberlite run --backend docker --image fiberlite:latest --build train.py\n"
                "  fiberlite run --backend kubernetes --image registry/me/app:1 --cpu 2 "
-               "--memory 4Gi train.py",
+               "--memory 4Gi train.py\n"
+               "  fiberlite run --backend slurm --cpu 4 train.py",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=sorted(known_backends()),
                    help="where the run's jobs go (default: the backend setting)")
@@ -212,7 +214,7 @@ def _mark_done(job_name: str, code: int) -> None:
         pass
 
 
-# -- docker / kubernetes ----------------------------------------------------------------------
+# -- docker / kubernetes / slurm ----------------------------------------------------------------------
 def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, str],
                run_id: str, job_name: str) -> int:
     image = args.image or config.get("image")

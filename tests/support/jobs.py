@@ -215,3 +215,9 @@ def start_reporting_child(q) -> None:
     fiberlite.Process(target=report_parent, args=(q,)).start()
     q.put(("middle", os.getpid(), fiberlite.current_process().name))
     time.sleep(600)
+
+
+def slow_square(x: int, seconds: float = 0.02) -> tuple[int, int]:
+    """``(x, x * x)`` after ``seconds``: a map long enough to kill a worker in."""
+    time.sleep(seconds)
+    return x, x * x
