@@ -44,6 +44,9 @@ class Servant:
     """
 
     watcher: Callable[[], None] | None = None
+    #: told of a lost peer after every other servant: it recovers what the peer held,
+    #: which the others must first stop acquiring for it
+    hears_loss_last = False
 
     def dispatch(self, request: Any, method: str, args: tuple) -> None:
         handler = getattr(self, "op_" + method, None)
@@ -223,7 +226,8 @@ class Hub:
         return request.wait()
 
     def _peer_lost(self, peer: int) -> None:
-        for servant in list(self._objects.values()):
+        servants = sorted(self._objects.values(), key=lambda servant: servant.hears_loss_last)
+        for servant in servants:
             try:
                 servant.peer_lost(peer)
             except Exception:

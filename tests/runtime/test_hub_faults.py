@@ -177,3 +177,28 @@ def test_a_receipt_goes_with_the_next_request_or_on_its_own_soon_after():
         job.join(30)
     with pytest.raises(fiberlite.queues.Empty):  # "second" was the killed job's: it stays gone
         q.get(timeout=0.5)
+
+
+def test_the_recovery_of_a_lost_peer_hears_of_it_after_every_other_servant():
+    """What recovers a lost job's holdings is told last, once every servant has withdrawn
+    the calls it was still making for that job (else one granted after the recovery
+    would be held for ever)."""
+    from fiberlite.runtime.hub import Servant
+    heard: list[str] = []
+
+    class Heard(Servant):
+        def __init__(self, name: str, last: bool) -> None:
+            self.name, self.hears_loss_last = name, last
+
+        def peer_lost(self, peer: int) -> None:
+            heard.append(self.name)
+
+    hub = get_hub()
+    oids = [hub.register(Heard(name, last)).oid
+            for name, last in (("recovery", True), ("lock", False), ("semaphore", False))]
+    try:
+        hub._peer_lost(-12345)  # a peer no other servant knows
+    finally:
+        for oid in oids:
+            hub.unregister(oid)
+    assert heard[-1] == "recovery" and sorted(heard[:-1]) == ["lock", "semaphore"]

@@ -66,7 +66,11 @@ _workers = _Workers()
 
 class RemoteUsers(Servant):
     """The slots of the jobs that use this process's memory through its hub, and the
-    tokens of their threads; it hears of each job whose connection ends."""
+    tokens of their threads; it hears of each job whose connection ends, after every
+    primitive's servant has withdrawn the job's waiting calls (a call granted after the
+    recovery would hold for ever what a dead job never gives back)."""
+
+    hears_loss_last = True
 
     def __init__(self, arena: Arena) -> None:
         self._arena = arena
@@ -166,7 +170,10 @@ class Waits:
             after, wait.after = wait.after, []
         if wait.cancelled:
             if result is not NOT_YET and undo is not None:
-                undo(result)
+                try:
+                    undo(result)
+                except Exception:  # the job's recovery gave it back first
+                    pass
         elif error is not None:
             request.fail(error)
         else:
