@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pynng
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec, doorman, threads, tls
+from . import auth, codec, dialer, threads, tls
 from .guard import SocketGuard
 from .nngio import Io
 
@@ -46,7 +46,7 @@ class Client:
                 self._dial(address, connect_timeout)
                 self._authenticate(key)
             else:   # proved on a plain connection, then handed to nng
-                doorman.dial(self._sock, self._guard, address, key, connect_timeout)
+                dialer.dial(self._sock, self._guard, address, key, connect_timeout)
             with self._lock:   # its end may have come before it was alive: then it is lost
                 self.alive = not self._ended
             if not self.alive:
