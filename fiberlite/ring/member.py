@@ -131,8 +131,11 @@ class Member:
             return
         inbox = self._inbox
         client = connect(ref.address)
-        client.on_lost(lambda: inbox.mark_lost(
-            dst, RingError(f"rank {dst} left the ring (connection lost)", dst)))
+
+        def lost() -> None:
+            why = "connection lost" if client.silent_for is None else client.lost_reason
+            inbox.mark_lost(dst, RingError(f"rank {dst} left the ring ({why})", dst))
+        client.on_lost(lost)
         self._watched.add(dst)
 
     def _connect_partners(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from . import exit_order, identity
 from .limits import raise_open_file_limit
 from .scheduler import Scheduler
+from ..errors import ConnectionLost
 from ..wire.client import Client
 from ..wire.codec import Payload
 from ..wire.server import Request, Server
@@ -54,6 +55,10 @@ class Servant:
 
     def peer_lost(self, peer: int) -> None:
         """The connection of ``peer`` ended: forget what it held or waited for."""
+
+    def peer_silent(self, peer: int) -> None:
+        """The connection of ``peer`` is about to end because nothing came on it for
+        ``peer_timeout`` (:meth:`peer_lost` follows)."""
 
     def tell_watcher(self) -> None:
         """Tell the watcher, if any, that the servant's state changed."""
@@ -127,7 +132,8 @@ class Hub:
         self._lock = threading.RLock()
         from ..config import get
         self.server = Server(identity.key(), host, self._handle, self._peer_lost,
-                             self.scheduler.call_soon, use_tls=get("tls"))
+                             self.scheduler.call_soon, use_tls=get("tls"),
+                             on_peer_silent=self._peer_silent)
         self.address = self.server.address
 
     def register(self, servant: Servant, held: bool = False) -> "ObjectRef":
@@ -229,6 +235,13 @@ class Hub:
             except Exception:
                 log.exception("peer_lost failed in %r", servant)
 
+    def _peer_silent(self, peer: int) -> None:
+        for servant in list(self._objects.values()):
+            try:
+                servant.peer_silent(peer)
+            except Exception:
+                log.exception("peer_silent failed in %r", servant)
+
     def close(self) -> None:
         self.server.close()
         self.scheduler.stop()
@@ -240,6 +253,8 @@ _closed = False  # the hub was closed at exit: no other is started
 _clients: dict[Any, Client] = {}  # address, or (address, key) for another key than the run's
 _clients_lock = threading.Lock()
 _dialing: dict[Any, threading.Lock] = {}
+_fenced: str | None = None  # why this process may reach no other any more
+_given_up: dict[Any, str] = {}  # slots whose server went silent: never dialed again
 
 
 def listen_host(backend: str | None = None) -> str:
@@ -302,6 +317,12 @@ def connect(address: str, key: bytes | None = None) -> Client:
     client = _clients.get(slot)
     if client is not None and client.alive:
         return client
+    if _fenced is not None:
+        raise ConnectionLost(_fenced)
+    if client is not None and client.silent_for is not None:
+        _forget(slot, client)
+    if slot in _given_up:  # its job is killed or exits by itself: dialing it is futile
+        raise ConnectionLost(_given_up[slot])
     with _clients_lock:  # one dial per address at a time, without holding up other addresses
         dialing = _dialing.setdefault(slot, threading.Lock())
     with dialing:
@@ -309,9 +330,25 @@ def connect(address: str, key: bytes | None = None) -> Client:
         if client is None or not client.alive:
             client = Client(address, identity.key() if key is None else key)
             with _clients_lock:
+                if _fenced is not None:
+                    client.close()
+                    raise ConnectionLost(_fenced)
                 _clients[slot] = client
             client.on_lost(lambda: _forget(slot, client))
     return client
+
+
+def fence(why: str) -> None:
+    """This process is out of its run (its parent is gone, or gave it up): it sends
+    nothing more to anyone. Its connections close, and every call to another process,
+    under way or later, raises ``ConnectionLost(why)``."""
+    global _fenced
+    with _clients_lock:
+        _fenced = why
+        clients = list(_clients.values())
+        _clients.clear()
+    for client in clients:
+        client.close(why)
 
 
 def flush(timeout: float | None = None) -> None:
@@ -356,6 +393,8 @@ def _forget(slot: Any, client: Client) -> None:
     with _clients_lock:
         if _clients.get(slot) is client:
             del _clients[slot]
+        if client.silent_for is not None:
+            _given_up[slot] = f"connection to {client.address} was lost ({client.lost_reason})"
 
 
 class ObjectRef:
