@@ -157,15 +157,15 @@ class Server:
             if peer in self._authenticated or (self._door is not None and peer >= 0):
                 try:
                     flags = codec.flags_of(frame)
+                    if flags & codec.PING:   # a probe: answered without a look inside
+                        self._send(ctx, PROBE_ANSWER)
+                        continue
                     message = codec.decode(frame)
                 except Exception as exc:
                     log.warning("undecodable request from peer %s: %s", peer, exc)
                     self._drop(peer, pipe, ctx)
                     continue
                 del frame
-                if flags & codec.PING:
-                    self._send(ctx, PROBE_ANSWER)
-                    continue
                 if flags & codec.SYNC:  # every earlier request of this peer is handled
                     error = self._one_way_errors.pop(peer, None)
                     self._send(ctx, codec.encode((True, None) if error is None else (False, error)))
