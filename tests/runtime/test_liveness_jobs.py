@@ -92,6 +92,23 @@ def test_a_frozen_worker_is_lost_killed_and_its_tasks_done_by_others(one_worker_
         eventually(lambda: victim not in {p.pid for p in pool._pool}, 30, "the killed worker's replacement")
 
 
+def test_a_frozen_pool_host_is_lost_with_its_workers_and_their_tasks_done_by_others(given_up):
+    fiberlite.init(workers_per_job=2)
+    try:
+        with fiberlite.Pool(4) as pool:
+            pool.map(square_where, range(16), chunksize=1)
+            hosts = list(pool._core.procs.values())
+            assert len(hosts) == 2
+            result = pool.map_async(square_where, range(TASKS), chunksize=1)
+            os.kill(hosts[0].pid, signal.SIGSTOP)   # its workers run on, but nothing reaches the master
+            exact_results(result)
+            assert given_up == [hosts[0].name]
+            hosts[0].join(30)
+            assert hosts[0].exitcode == -signal.SIGKILL
+    finally:
+        fiberlite.init(workers_per_job=None)
+
+
 def test_a_worker_that_comes_back_after_the_timeout_is_fenced(one_worker_per_job, given_up, monkeypatch):
     # the backend cannot reach its node: the kill does not land, the worker comes back
     monkeypatch.setattr(launcher.Launch, "_kill_lost", lambda self: None)
