@@ -99,12 +99,13 @@ def test_a_frozen_pool_host_is_lost_with_its_workers_and_their_tasks_done_by_oth
             pool.map(square_where, range(16), chunksize=1)
             hosts = list(pool._core.procs.values())
             assert len(hosts) == 2
+            host, pid = hosts[0], hosts[0].pid
             result = pool.map_async(square_where, range(TASKS), chunksize=1)
-            os.kill(hosts[0].pid, signal.SIGSTOP)   # its workers run on, but nothing reaches the master
+            os.kill(pid, signal.SIGSTOP)   # its workers run on, but nothing reaches the master
             exact_results(result)
-            assert given_up == [hosts[0].name]
-            hosts[0].join(30)
-            assert hosts[0].exitcode == -signal.SIGKILL
+            assert given_up == [host.name]
+            eventually(lambda: not psutil.pid_exists(pid), 30, "the killed host's end")
+            eventually(lambda: host not in pool._core.procs.values(), 30, "the host's replacement")
     finally:
         fiberlite.init(workers_per_job=None)
 
@@ -205,6 +206,29 @@ def test_a_getter_whose_queue_creator_goes_silent_gets_a_clear_error():
     with pytest.raises(ConnectionLost, match=f"answered nothing for {TIMEOUT:g} s|has exited"):
         q.get(timeout=60)
     assert time.monotonic() - frozen >= EARLIEST
+    job.join(30)
+
+
+def own_full_queue(back, count):
+    q = fiberlite.Queue()
+    for i in range(count):
+        q.put(i)
+    back.put((q, os.getpid()))
+    time.sleep(600)
+
+
+def test_a_linked_reader_whose_queue_creator_goes_silent_gets_a_clear_error():
+    back = fiberlite.Queue()
+    job = fiberlite.Process(target=own_full_queue, args=(back, 200))
+    job.start()
+    q, pid = back.get(timeout=30)
+    got = [q.get(timeout=30) for _ in range(20)]   # linked by now: the rest is sent ahead
+    os.kill(pid, signal.SIGSTOP)
+    with pytest.raises(ConnectionLost, match=f"answered nothing for {TIMEOUT:g} s"):
+        while True:   # what had arrived is read until the creator is given up
+            got.append(q.get(timeout=60))
+    assert got == list(range(len(got)))   # in order, none twice
+    assert len(got) > 20   # read from the link after the freeze: nothing else could answer
     job.join(30)
 
 
