@@ -392,7 +392,7 @@ class Ring:
         info = self._reports.get(first, (False, None))[1]
         code = codes[first]
         if info is None and first in self._silent:
-            message = (f"{self.name} rank {first} was given up and killed: {self._how_lost(first)} "
+            message = (f"{self.name} rank {first} was given up: {self._how_lost(first)} "
                        f"({describe_exit(code)})")
         elif info is None:
             message = f"{self.name} rank {first} died ({describe_exit(code)})"

@@ -77,8 +77,10 @@ POOL = COMMON + textwrap.dedent("""
                 when = disturb(victim)
         exact = [v for v, _, _ in results] == [x * x for x in range(TASKS)]
         later = sum(1 for _, c, t in results if c == victim and t > when)
+        state = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", victim],
+                               capture_output=True, text=True, timeout=60).stdout.strip()
         return dict(exact=exact, given_up=list(given_up), victim_results_after=later,
-                    seconds_after=round(time.time() - when, 1))
+                    seconds_after=round(time.time() - when, 1), victim_running=state == "true")
 
     def cut_now(victim):
         cut(victim)
@@ -216,7 +218,9 @@ def waiters_run(network, tmp_path_factory):
 # -- a pool's worker ---------------------------------------------------------------------------
 def test_a_pool_map_finishes_exact_when_a_worker_is_cut_off(pool_run):
     cut = pool_run["cut"]
-    assert cut["exact"] and len(cut["given_up"]) == 1
+    assert cut["exact"], pool_run
+    # the master gave it up and killed it, or it gave the master up first and exited
+    assert len(cut["given_up"]) <= 1 and not cut["victim_running"], pool_run
     assert cut["victim_results_after"] == 0
     # the timeout plus the work (500 tasks of 20 ms on 3 workers, ~4 s), with room for
     # a container to start: not the minutes a job's own end would take to be noticed
@@ -225,7 +229,7 @@ def test_a_pool_map_finishes_exact_when_a_worker_is_cut_off(pool_run):
 
 def test_a_worker_paused_for_less_than_the_timeout_is_kept(pool_run):
     brief = pool_run["short_pause"]
-    assert brief["exact"] and brief["given_up"] == []
+    assert brief["exact"] and brief["given_up"] == [], pool_run
     assert brief["victim_results_after"] > 0   # it went on working
 
 
@@ -233,7 +237,7 @@ def test_a_worker_paused_past_the_timeout_is_fenced_when_it_comes_back(pool_run)
     exit_ = pool_run["fenced_exit"]
     assert exit_["lost"] and exit_["exit"] != ""   # it ended by itself once unpaused
     fenced = pool_run["fenced"]
-    assert fenced["exact"] and len(fenced["given_up"]) == 1
+    assert fenced["exact"] and len(fenced["given_up"]) == 1 and not fenced["victim_running"], pool_run
     assert fenced["victim_results_after"] == 0   # nothing it did after coming back counts
 
 
@@ -256,8 +260,9 @@ def test_a_manager_client_gets_a_clear_error_when_the_manager_is_cut_off(waiters
 def test_ring_ranks_get_a_clear_error_when_one_is_cut_off(waiters_run):
     ring = waiters_run["ring"]
     assert ring["error"] == "RingError", ring
-    assert f"rank 1 was given up and killed: it answered nothing for {TIMEOUT:g} s" in ring["message"]
+    assert f"rank 1 was given up: it answered nothing for {TIMEOUT:g} s" in ring["message"]
     assert [rank for rank, _ in ring["others"]] == [0, 2]
     for _, message in ring["others"]:
         assert message.startswith("rank 1 left the ring") and "answered nothing" in message
-    assert ring["exitcodes"][1] == -9 and ring["exitcodes"][0] == ring["exitcodes"][2] == 1
+    # killed by the master, or (cut off, it gave the master up at the same moment) exited itself
+    assert ring["exitcodes"][1] in (-9, 1) and ring["exitcodes"][0] == ring["exitcodes"][2] == 1
