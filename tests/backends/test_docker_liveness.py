@@ -67,15 +67,16 @@ POOL = COMMON + textwrap.dedent("""
         return x * x, where(), time.time()
 
     def run_map(pool, disturb):
-        # a map of TASKS, disturbed (disturb(victim) -> when) once 100 results are in
+        # a map of TASKS, disturbed (disturb(victim) -> when) once 100 results are in (in
+        # any order: an ordered imap would hold the pool up behind the victim's tasks)
         victim = sorted({c for _, c, _ in pool.map(work, range(40), chunksize=1)})[0]
         del given_up[:]
         results, when = [], None
-        for item in pool.imap(work, range(TASKS), chunksize=1):
+        for item in pool.imap_unordered(work, range(TASKS), chunksize=1):
             results.append(item)
             if len(results) == 100:
                 when = disturb(victim)
-        exact = [v for v, _, _ in results] == [x * x for x in range(TASKS)]
+        exact = sorted(v for v, _, _ in results) == [x * x for x in range(TASKS)]
         later = sum(1 for _, c, t in results if c == victim and t > when)
         state = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", victim],
                                capture_output=True, text=True, timeout=60).stdout.strip()
