@@ -4,9 +4,11 @@ It dials the parent's hub (address and object id in the environment, key in the
 secret environment), proves it holds the run's key, fetches its preparation data and
 the pickled Process, runs it and reports the exit code. If the connection to the
 parent drops, or the parent answers nothing for ``peer_timeout`` seconds (its machine
-vanished, the network was cut: :mod:`fiberlite.wire.liveness`), the parent is gone:
-the job sends nothing more to anyone (:func:`~fiberlite.runtime.hub.fence`) and exits
-too. No orphans, and a job its parent gave up cannot come back into the run.
+vanished, the network was cut: :mod:`fiberlite.wire.liveness`), the parent is gone and
+the job exits too, a moment later: no orphans. It never dials its parent again. If the
+job was out of touch when that happened (it heard nothing from the parent, or was frozen
+itself), the parent may have given it up as lost: the job then sends nothing more to
+anyone (:func:`~fiberlite.runtime.hub.fence`), so that it cannot come back into the run.
 """
 from __future__ import annotations
 
@@ -55,13 +57,14 @@ def main() -> None:
         _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and the run's key; "
               "jobs are started by fiberlite, not by hand")
     identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
-    from .hub import ObjectRef, connect, fence
+    from .hub import ObjectRef, connect, dial_once, fence
     from ..process import ParentProcess
     from ..wire import liveness
     try:
         client = connect(address)
     except Exception as exc:
         _fail(f"cannot reach the parent job at {address}: {exc}")
+    dial_once(address, f"the connection to the parent job at {address} ended; this job is exiting")
     lost = threading.Event()
 
     def parent_gone() -> None:
@@ -69,9 +72,10 @@ def main() -> None:
         why = (f"the parent job at {address} answered nothing for {silent:g} s (its machine is "
                f"gone, cut off or frozen?); this job is exiting" if silent is not None
                else f"the parent job at {address} is gone; this job is exiting")
-        fence(why)  # whatever it sends from now on reaches nobody
+        if client.out_of_touch:  # the parent may have given this job up: it is out of the
+            fence(why)           # run, and whatever it sends from now on reaches nobody
         lost.set()  # parent_process().is_alive() is False and its join() returns from now
-        # the job may clean up for a moment, then it exits: no orphans
+        # the job may act on it (report, clean up) for a moment, then it exits: no orphans
         exit_timer = threading.Timer(PARENT_GONE_GRACE, _fail, (why,))
         exit_timer.daemon = True
         exit_timer.start()

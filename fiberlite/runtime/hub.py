@@ -228,19 +228,15 @@ class Hub:
             raise exc
         return request.wait()
 
-    def _peer_lost(self, peer: int) -> None:
+    def _peer_lost(self, peer: int, event: str = "peer_lost") -> None:
         for servant in list(self._objects.values()):
             try:
-                servant.peer_lost(peer)
+                getattr(servant, event)(peer)
             except Exception:
-                log.exception("peer_lost failed in %r", servant)
+                log.exception("%s failed in %r", event, servant)
 
     def _peer_silent(self, peer: int) -> None:
-        for servant in list(self._objects.values()):
-            try:
-                servant.peer_silent(peer)
-            except Exception:
-                log.exception("peer_silent failed in %r", servant)
+        self._peer_lost(peer, "peer_silent")
 
     def close(self) -> None:
         self.server.close()
@@ -254,7 +250,7 @@ _clients: dict[Any, Client] = {}  # address, or (address, key) for another key t
 _clients_lock = threading.Lock()
 _dialing: dict[Any, threading.Lock] = {}
 _fenced: str | None = None  # why this process may reach no other any more
-_given_up: dict[Any, str] = {}  # slots whose server went silent: never dialed again
+_never_again: dict[Any, str] = {}  # slots not dialed again (a server gone silent, dial_once), why
 
 
 def listen_host(backend: str | None = None) -> str:
@@ -317,12 +313,11 @@ def connect(address: str, key: bytes | None = None) -> Client:
     client = _clients.get(slot)
     if client is not None and client.alive:
         return client
-    if _fenced is not None:
-        raise ConnectionLost(_fenced)
     if client is not None and client.silent_for is not None:
-        _forget(slot, client)
-    if slot in _given_up:  # its job is killed or exits by itself: dialing it is futile
-        raise ConnectionLost(_given_up[slot])
+        _forget(slot, client)  # (its server's job is killed or exits: dialing it is futile)
+    why = _fenced or _never_again.get(slot)
+    if why is not None:
+        raise ConnectionLost(why)
     with _clients_lock:  # one dial per address at a time, without holding up other addresses
         dialing = _dialing.setdefault(slot, threading.Lock())
     with dialing:
@@ -336,6 +331,12 @@ def connect(address: str, key: bytes | None = None) -> Client:
                 _clients[slot] = client
             client.on_lost(lambda: _forget(slot, client))
     return client
+
+
+def dial_once(address: str, why: str) -> None:
+    """The connection to ``address``, made already, is not made again once it ends:
+    calls raise ``ConnectionLost(why)`` (a job and its parent: the job exits then)."""
+    _never_again[address] = why
 
 
 def fence(why: str) -> None:
@@ -394,7 +395,7 @@ def _forget(slot: Any, client: Client) -> None:
         if _clients.get(slot) is client:
             del _clients[slot]
         if client.silent_for is not None:
-            _given_up[slot] = f"connection to {client.address} was lost ({client.lost_reason})"
+            _never_again[slot] = f"connection to {client.address} was lost ({client.lost_reason})"
 
 
 class ObjectRef:

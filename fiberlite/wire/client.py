@@ -47,6 +47,7 @@ class Client:
         self._probe: Io | None = None
         self._probing = False
         self.silent_for: float | None = None  # given up after this many silent seconds
+        self.out_of_touch = False  # it ended while this end heard nothing, or was frozen
         self._closed_why: str | None = None
         options = {"tls_config": tls.config(key, server=False)} if tls.is_tls(address) else {}
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1, **options)
@@ -122,6 +123,10 @@ class Client:
             if not self.alive:
                 return
             self.alive = False
+            # the other end may have given this one up for its silence: it had heard
+            # nothing for most of a timeout, or this process was frozen until now
+            self.out_of_touch = (self.silent_for is not None or liveness.behind()
+                                 or self._quiet >= liveness.TICKS - 1)
             callbacks, self._lost_callbacks = self._lost_callbacks, []
         # waking the waiting calls is not allowed inside nng's callback
         threads.start(self._after_loss, callbacks, name="fiberlite-connection-lost")

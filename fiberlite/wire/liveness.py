@@ -64,6 +64,8 @@ class Watch:
         self._members: "weakref.WeakSet[Watched]" = weakref.WeakSet()
         self._thread: threading.Thread | None = None
         self._changed = False
+        self._last = 0.0     # when the last tick was, and its period (0: not ticking)
+        self._period = 0.0
 
     def add(self, member: Watched) -> None:
         with self._cond:
@@ -80,6 +82,12 @@ class Watch:
             self._changed = True
             self._start()
             self._cond.notify()
+
+    def behind(self) -> bool:
+        """Whether this process is late for its next tick: it was frozen, or starved of
+        CPU, until just now (its peers may have given it up meanwhile)."""
+        period = self._period
+        return bool(period) and time.monotonic() - self._last > LATE * period
 
     def _start(self) -> None:
         if self._thread is not None or not self._members or sys.is_finalizing() or not timeout():
@@ -106,7 +114,8 @@ class Watch:
                         period = timeout() / TICKS
                 members = list(self._members)
             counted = now - last <= LATE * period
-            last = now
+            last = self._last = now
+            self._period = period
             for member in members:
                 try:
                     if not member.liveness_tick(counted, period * TICKS):
@@ -133,6 +142,11 @@ def watch(member: Watched) -> None:
 
 def unwatch(member: Watched) -> None:
     _watch.discard(member)
+
+
+def behind() -> bool:
+    """Whether this process was frozen or starved of CPU until just now (see :class:`Watch`)."""
+    return _watch.behind()
 
 
 def reconfigure() -> None:
