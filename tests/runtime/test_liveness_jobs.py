@@ -24,8 +24,16 @@ from waiting import eventually
 pytestmark = pytest.mark.timeout(120)
 
 TIMEOUT = 1.5
-EARLIEST = TIMEOUT * (liveness.TICKS - 1) / liveness.TICKS
+# a connection is given up 3 to 4 ticks (of a quarter of the timeout) after the last thing
+# heard on it, which an idle one heard up to a tick before it fell silent: no sooner than
+EARLIEST = TIMEOUT / 2
 TASKS = 600
+
+
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped (the signal is delivered later)."""
+    os.kill(pid, signal.SIGSTOP)
+    eventually(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10, f"{pid} stopped")
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +77,7 @@ def map_with_frozen_worker(processes: int):
         pids = {pid for _, pid, _ in pool.map(square_where, range(4 * processes), chunksize=1)}
         victim = min(pids)
         result = pool.map_async(square_where, range(TASKS), chunksize=1)
-        os.kill(victim, signal.SIGSTOP)
+        freeze(victim)
         yield pool, victim, result
 
 
@@ -101,7 +109,7 @@ def test_a_frozen_pool_host_is_lost_with_its_workers_and_their_tasks_done_by_oth
             assert len(hosts) == 2
             host, pid = hosts[0], hosts[0].pid
             result = pool.map_async(square_where, range(TASKS), chunksize=1)
-            os.kill(pid, signal.SIGSTOP)   # its workers run on, but nothing reaches the master
+            freeze(pid)   # its workers run on, but nothing reaches the master
             exact_results(result)
             assert given_up == [host.name]
             eventually(lambda: not psutil.pid_exists(pid), 30, "the killed host's end")
@@ -158,7 +166,7 @@ def test_a_lock_held_by_a_frozen_job_is_released(given_up):
     job = fiberlite.Process(target=hold_lock, args=(lock, ready))
     job.start()
     pid = ready.get(timeout=30)
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     assert lock.acquire(timeout=TIMEOUT + 20)
     lock.release()
     job.join(30)
@@ -181,7 +189,7 @@ def test_items_sent_ahead_to_a_frozen_reader_go_back_to_the_queue(given_up):
     job.start()
     pid = ready.get(timeout=30)
     assert q.qsize() < 200 - read, "nothing was sent ahead to the reader: the test proves nothing"
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     assert [q.get(timeout=TIMEOUT + 20) for _ in range(read, 200)] == list(range(read, 200))
     job.join(30)
     assert given_up == [job.name]
@@ -201,7 +209,7 @@ def test_a_getter_whose_queue_creator_goes_silent_gets_a_clear_error():
     q, pid = back.get(timeout=30)
     q.put("first")
     assert q.get(timeout=30) == "first"   # connected to the creator's process
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     frozen = time.monotonic()
     with pytest.raises(ConnectionLost, match=f"answered nothing for {TIMEOUT:g} s|has exited"):
         q.get(timeout=60)
@@ -223,7 +231,7 @@ def test_a_linked_reader_whose_queue_creator_goes_silent_gets_a_clear_error():
     job.start()
     q, pid = back.get(timeout=30)
     got = [q.get(timeout=30) for _ in range(20)]   # linked by now: the rest is sent ahead
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     with pytest.raises(ConnectionLost, match=f"answered nothing for {TIMEOUT:g} s"):
         while True:   # what had arrived is read until the creator is given up
             got.append(q.get(timeout=60))
@@ -236,7 +244,7 @@ def test_a_proxy_whose_manager_goes_silent_gets_a_clear_error():
     with fiberlite.Manager() as manager:
         shared = manager.dict()
         shared["a"] = 1
-        os.kill(manager._process.pid, signal.SIGSTOP)
+        freeze(manager._process.pid)
         frozen = time.monotonic()
         with pytest.raises(ConnectionLost, match=f"no longer running.*answered nothing for {TIMEOUT:g} s"):
             shared["a"] = 2   # waits for an answer that does not come
@@ -257,7 +265,7 @@ def test_a_ring_rank_that_goes_silent_fails_the_others_clearly(given_up):
     ring = fiberlite.Ring(3, ring_member, args=(pids,), timeout=120)
     ring.start()
     ranks = dict(pids.get(timeout=60) for _ in range(3))
-    os.kill(ranks[1], signal.SIGSTOP)
+    freeze(ranks[1])
     with pytest.raises(RingError, match=f"rank 1 was given up: it answered nothing "
                                         f"for {TIMEOUT:g} s") as info:
         ring.join(TIMEOUT + 30)
