@@ -26,7 +26,8 @@ from ..errors import ConnectionLost
 from ..failure import Failure
 from ..runtime import identity
 from ..runtime.finalizing import CastQueue
-from ..runtime.hub import ObjectRef, connect
+from ..runtime.dialed import connect
+from ..runtime.hub import ObjectRef
 from ..wire.client import Client
 from ..wire.codec import PROTOCOL, Payload, dumps, dumps_quick, loads, plain
 from . import serializers, stream

@@ -45,7 +45,8 @@ from . import buffers
 from . import collectives as coll
 from ..errors import RingError
 from ..runtime import identity
-from ..runtime.hub import ObjectRef, connect
+from ..runtime.dialed import connect
+from ..runtime.hub import ObjectRef
 from ..wire.codec import Payload
 from .errors import RingTimeoutError
 from .inbox import RingMember

@@ -8,7 +8,7 @@ vanished, the network was cut: :mod:`fiberlite.wire.liveness`), the parent is go
 the job exits too, a moment later: no orphans. It never dials its parent again. If the
 job was out of touch when that happened (it heard nothing from the parent, or was frozen
 itself), the parent may have given it up as lost: the job then sends nothing more to
-anyone (:func:`~fiberlite.runtime.hub.fence`), so that it cannot come back into the run.
+anyone (:func:`~fiberlite.runtime.dialed.fence`), so that it cannot come back into the run.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def main() -> None:
         _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and the run's key; "
               "jobs are started by fiberlite, not by hand")
     identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
-    from .hub import ObjectRef, connect, dial_once, fence
+    from .dialed import connect, dial_once, fence
+    from .hub import ObjectRef
     from ..process import ParentProcess
     from ..wire import liveness
     try:
@@ -99,7 +100,7 @@ def main() -> None:
     process._popen = None
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
     from . import exit_order
-    from .hub import flush
+    from .dialed import flush
     exit_order.leave(through="backends")  # the hub's sockets stay open to report the exit
     try:
         flush()  # what this job put or sent lands before it is reported gone

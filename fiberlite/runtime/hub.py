@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 from . import exit_order, identity
+from .dialed import RECEIPTS, close_all, connect, current, flush, send_receipts
 from .limits import raise_open_file_limit
 from .scheduler import Scheduler
-from ..errors import ConnectionLost
 from ..wire.client import Client
 from ..wire.codec import Payload
 from ..wire.server import Request, Server
@@ -31,7 +30,6 @@ EXIT_FLUSH_SECONDS = 30.0
 # a receipt (ObjectRef.confirm) goes with the next call or cast to the servant's process,
 # or on its own after this long
 RECEIPT_SECONDS = 0.005
-RECEIPTS = "__receipts__"  # the operation of receipts sent on their own
 
 
 class Servant:
@@ -246,11 +244,6 @@ class Hub:
 _hub: Hub | None = None
 _hub_lock = threading.Lock()
 _closed = False  # the hub was closed at exit: no other is started
-_clients: dict[Any, Client] = {}  # address, or (address, key) for another key than the run's
-_clients_lock = threading.Lock()
-_dialing: dict[Any, threading.Lock] = {}
-_fenced: str | None = None  # why this process may reach no other any more
-_never_again: dict[Any, str] = {}  # slots not dialed again (a server gone silent, dial_once), why
 
 
 def listen_host(backend: str | None = None) -> str:
@@ -306,67 +299,6 @@ def current_hub() -> Hub | None:
     return _hub
 
 
-def connect(address: str, key: bytes | None = None) -> Client:
-    """The shared authenticated connection from this process to ``address``, proving
-    ``key`` (default: the run's key)."""
-    slot: Any = address if key is None else (address, key)
-    client = _clients.get(slot)
-    if client is not None and client.alive:
-        return client
-    if client is not None and client.silent_for is not None:
-        _forget(slot, client)  # (its server's job is killed or exits: dialing it is futile)
-    why = _fenced or _never_again.get(slot)
-    if why is not None:
-        raise ConnectionLost(why)
-    with _clients_lock:  # one dial per address at a time, without holding up other addresses
-        dialing = _dialing.setdefault(slot, threading.Lock())
-    with dialing:
-        client = _clients.get(slot)
-        if client is None or not client.alive:
-            client = Client(address, identity.key() if key is None else key)
-            with _clients_lock:
-                if _fenced is not None:
-                    client.close()
-                    raise ConnectionLost(_fenced)
-                _clients[slot] = client
-            client.on_lost(lambda: _forget(slot, client))
-    return client
-
-
-def dial_once(address: str, why: str) -> None:
-    """The connection to ``address``, made already, is not made again once it ends:
-    calls raise ``ConnectionLost(why)`` (a job and its parent: the job exits then)."""
-    _never_again[address] = why
-
-
-def fence(why: str) -> None:
-    """This process is out of its run (its parent is gone, or gave it up): it sends
-    nothing more to anyone. Its connections close, and every call to another process,
-    under way or later, raises ``ConnectionLost(why)``."""
-    global _fenced
-    with _clients_lock:
-        _fenced = why
-        clients = list(_clients.values())
-        _clients.clear()
-    for client in clients:
-        client.close(why)
-
-
-def flush(timeout: float | None = None) -> None:
-    """Wait until every one-way request this process sent has been handled (at most
-    ``timeout`` seconds in all: a peer that stopped answering is given up on)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with _clients_lock:
-        clients = list(_clients.values())
-    for client in clients:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            _send_receipts(client, timed=False)
-            client.flush(left)
-        except (ConnectionError, TimeoutError):
-            pass
-
-
 def shutdown() -> None:
     """Close this process's connections and server (at exit, after children are joined).
 
@@ -376,11 +308,7 @@ def shutdown() -> None:
     # what this process sent lands before it exits; a peer that stopped answering
     # must not hold the exit up for ever
     flush(EXIT_FLUSH_SECONDS)
-    with _clients_lock:
-        clients = list(_clients.values())
-        _clients.clear()
-    for client in clients:
-        client.close()
+    close_all()
     with _hub_lock:
         hub, _hub, _closed = _hub, None, True
     if hub is not None:
@@ -388,14 +316,6 @@ def shutdown() -> None:
 
 
 exit_order.at_exit("sockets", shutdown)
-
-
-def _forget(slot: Any, client: Client) -> None:
-    with _clients_lock:
-        if _clients.get(slot) is client:
-            del _clients[slot]
-        if client.silent_for is not None:
-            _never_again[slot] = f"connection to {client.address} was lost ({client.lost_reason})"
 
 
 class ObjectRef:
@@ -448,27 +368,17 @@ class ObjectRef:
         to that process, or on its own after :data:`RECEIPT_SECONDS`. The item was lent to
         this process's connection: if that has ended, the servant has taken it back already
         (or is gone), and there is nothing to send."""
-        client = _clients.get(self.address)
-        if client is None or not client.alive:
+        client = current(self.address)
+        if client is None:
             return
         if client.ride((self.oid, slot, ticket)):
-            get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: _send_receipts(client))
+            get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: send_receipts(client))
 
 
 def _envelope(client: Client, oid: int, method: str, args: tuple) -> tuple:
     """A request, with the receipts waiting to go to its process."""
     receipts = client.take_riders()
     return (oid, method, args, receipts) if receipts else (oid, method, args)
-
-
-def _send_receipts(client: Client, timed: bool = True) -> None:
-    """The receipts still waiting to go on ``client``, on their own."""
-    receipts = client.take_riders(timed)
-    if receipts:
-        try:
-            client.cast((0, RECEIPTS, receipts), collect=False)
-        except ConnectionError:
-            pass  # the connection is gone: what was lent goes to others anyway
 
 
 def _owned(args: tuple) -> tuple:

@@ -190,7 +190,7 @@ class Launch:
         """The job stayed silent for ``peer_timeout``: it is lost for the run (what it
         held is given back as its connection ends) and is killed through the backend,
         so that it cannot come back; if it does before the kill lands, it finds its
-        connection closed and exits (see :func:`fiberlite.runtime.hub.fence`)."""
+        connection closed and exits (see :func:`fiberlite.runtime.dialed.fence`)."""
         log.warning("%s answered nothing for %g s: it is lost, and killed", self.name,
                     config.get("peer_timeout"))
         threading.Thread(target=self._kill_lost, name="fiberlite-kill-lost", daemon=True).start()
