@@ -13,6 +13,8 @@ Sections (``multiprocessing.get_context("spawn").Pool`` is the reference row of 
   the warm-up; each sample in a fresh master process.
 - ``simulated``: the master's CPU per task in its relay and dispatcher, driven by 10, 1,000
   and 10,000 simulated hosted workers (``_simulate.py``), against 10.
+- ``liveness``: what watching connections for silence costs the master, with 1,000 idle
+  connections and over a map on 1,000 workers (``_liveness.py``).
 
 One pool is alive at a time: a pool of each kind is started, warmed, measured, and
 terminated and joined, whatever happens; a row that fails is reported as skipped.
@@ -53,11 +55,13 @@ WORKERS = {
     "cpu": ([200, 1000], [20, 50]),
     "memory": ([200], [20]),
     "simulated": ([10, 1000, 10_000], [10, 1000]),
+    "liveness": ([1000], [20]),
 }
 TASKS = {
     "map": (50_000, 2_000),
     "cpu": (20_000, 2_000),
     "simulated": (50_000, 5_000),
+    "liveness": (20_000, 1_000),
 }
 
 
@@ -420,6 +424,12 @@ def bench_simulated(report: Report, args: argparse.Namespace) -> None:
         section.add(name, from_samples(values))
 
 
+def bench_liveness(report: Report, args: argparse.Namespace) -> None:
+    import _liveness  # imports fiberlite when run, as _simulate does
+    _liveness.bench_liveness(report, args, workers_for(args, "liveness"), tasks_for(args, "liveness"),
+                             repeats(args))
+
+
 # -- command line --------------------------------------------------------------------------------
 SECTIONS: dict[str, Callable[[Report, argparse.Namespace], None]] = {
     "start": bench_start,
@@ -427,6 +437,7 @@ SECTIONS: dict[str, Callable[[Report, argparse.Namespace], None]] = {
     "cpu": bench_cpu,
     "memory": bench_memory,
     "simulated": bench_simulated,
+    "liveness": bench_liveness,
 }
 """The sections, in the order they run; each adds its tables to the report."""
 

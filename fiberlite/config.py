@@ -147,8 +147,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("share_machine", True, _flag,
             "jobs on their creator's machine map its Value, Array and locks and link its queues "
             "and pipes over Unix sockets (off: through its hub, as jobs on other machines do)"),
-    Setting("parent_timeout", 120.0, _seconds_or_never,
-            "a job whose parent has answered nothing for this many seconds exits (0: never)"),
+    Setting("peer_timeout", 10.0, _seconds_or_never,
+            "seconds a connection's other end may stay silent (a machine gone, a network cut, a "
+            "frozen process) before it is given up: a job then exits, a parent treats the job as "
+            "lost and kills it (0: never)"),
     Setting("dashboard", None, parse_address,
             "serve the run's live page at host:port (a port alone: on loopback; 0: any free port; "
             "off: none)"),

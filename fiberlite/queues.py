@@ -199,7 +199,7 @@ class Queue:
     def join_thread(self) -> None:
         """Wait until everything put by this process is in the queue."""
         assert self._closed, f"Queue {self!r} not closed"
-        from .runtime.hub import flush
+        from .runtime.dialed import flush
         flush()
 
     def cancel_join_thread(self) -> None:

@@ -44,8 +44,8 @@ def test_precedence_file_env_code(fresh_config, monkeypatch):
     ("memory", "12 parsecs", "memory size"),
     ("log_level", "LOUD", "DEBUG"),
     ("start_timeout", "-1", "positive"),
-    ("parent_timeout", "-5", "0 for never"),
-    ("parent_timeout", "soon", "could not convert"),
+    ("peer_timeout", "-5", "0 for never"),
+    ("peer_timeout", "soon", "could not convert"),
     ("idle_timeout", "-1", "0 for never"),
 ])
 def test_invalid_environment_value_names_setting(fresh_config, monkeypatch, name, value, needle):

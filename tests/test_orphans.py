@@ -64,7 +64,7 @@ def test_a_parent_that_stops_answering_is_given_up(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(STOPPABLE_PARENT)
     parent = start_python(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          env={"FIBERLITE_PARENT_TIMEOUT": "2"})
+                          env={"FIBERLITE_PEER_TIMEOUT": "2"})
     child = None
     try:
         child = psutil.Process(int(parent.stdout.readline()))

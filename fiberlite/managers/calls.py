@@ -26,7 +26,8 @@ from ..errors import ConnectionLost
 from ..failure import Failure
 from ..runtime import identity
 from ..runtime.finalizing import CastQueue
-from ..runtime.hub import ObjectRef, connect
+from ..runtime.dialed import connect
+from ..runtime.hub import ObjectRef
 from ..wire.client import Client
 from ..wire.codec import PROTOCOL, Payload, dumps, dumps_quick, loads, plain
 from . import serializers, stream
@@ -103,6 +104,7 @@ class OtherServer(Exception):
 
 
 _dead: set[str] = set()            # addresses of managers known to be gone
+_dead_why: dict[str, str] = {}     # ... and why, for those that went silent
 _watched: dict[str, Any] = {}      # address -> the connection watched for loss
 _sending = threading.Lock()        # held while a cast is sent; taken to mark a manager dead
 # reference changes asked for by finalizers, not sent to managers known to be gone
@@ -115,6 +117,7 @@ _caller_ids = itertools.count(1)
 
 def _gone(address: str, cause: object = None) -> ConnectionLost:
     """The error a call to the gone manager at ``address`` raises."""
+    cause = _dead_why.get(address) if cause is None else cause
     detail = f" ({cause})" if cause is not None else ""
     return ConnectionLost(f"the manager at {address} is no longer running: it was shut down "
                           f"or its job ended{detail}; its proxies cannot be used any more")
@@ -163,6 +166,8 @@ def _send(ref: ObjectRef, op: str, ident: str, head: tuple, values: Any) -> tupl
         address = ref.address
         if address in _dead:
             raise _gone(address)
+        if address not in _watched:
+            _watch(ref)
         try:
             reply = decode(stream.call(calls, ref.key or identity.key(),
                                        encode_request((op, ident, *head, values)), address))
@@ -198,16 +203,37 @@ def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
         raise _gone(address)
     try:
         if not ref.is_local:
-            client = ref.connection()
-            if _watched.get(address) is not client:
-                _watched[address] = client
-                client.on_lost(lambda: _dead.add(address))
+            _watch(ref)
         return ref.call(method, *args)
     except OtherServer:  # the manager listening at address now is a live one
         raise _gone(address, _OTHER.format(address=address)) from None
     except ConnectionError as exc:
         _dead.add(address)
         raise _gone(address, exc) from exc
+
+
+def _watch(ref: ObjectRef) -> None:
+    """Learn when the manager at ``ref``'s address is gone (from its hub connection)."""
+    address = ref.address
+    try:
+        client = ref.connection()
+    except ConnectionError:   # (its calls' own connections say what they can)
+        return
+    if _watched.get(address) is not client:
+        _watched[address] = client
+        client.on_lost(lambda: _manager_lost(address, client))
+
+
+def _manager_lost(address: str, client: Any) -> None:
+    """The hub connection to the manager at ``address`` ended, or was given up because the
+    manager stayed silent: the manager is gone, and calls waiting on their own
+    connections to it (which would wait for ever on a silent one) fail now."""
+    if client.silent_for is not None:
+        _dead_why[address] = client.lost_reason
+    else:
+        _dead_why.pop(address, None)
+    _dead.add(address)
+    stream.abandon(address)
 
 
 class _CallerId:

@@ -257,6 +257,20 @@ def _connect(address: CallAddress, key: bytes, peer: str) -> Framed:
     return framed
 
 
+_open: dict[str, "weakref.WeakSet[Framed]"] = {}  # the connections to each server, by its name
+_open_lock = threading.Lock()
+
+
+def abandon(server: str) -> None:
+    """The server named ``server`` is gone (its hub connection ended, or was given up as
+    silent): every connection to it, on every thread, is shut down, so that a call
+    waiting for a reply fails now instead of waiting for ever."""
+    with _open_lock:
+        connections = list(_open.pop(server, ()))
+    for framed in connections:
+        _shut(framed.sock)
+
+
 _local = threading.local()
 
 
@@ -281,6 +295,8 @@ def call(address: CallAddress, key: bytes, request: Parts, server: str) -> Parts
         except OSError as exc:
             raise Unreachable(f"cannot connect to {peer}: {exc}") from None
         connections[slot] = connection
+        with _open_lock:
+            _open.setdefault(server, weakref.WeakSet()).add(connection)
     try:
         connection.send(request)
         return connection.receive()

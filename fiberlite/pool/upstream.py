@@ -38,7 +38,7 @@ class HubUpstream:
 
     def _connection(self) -> Any:
         if self._client is None:
-            from ..runtime.hub import connect
+            from ..runtime.dialed import connect
             self._client = connect(self.ref.address)
         return self._client
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..meta import ATTRIBUTE as META_ATTRIBUTE
-from ..runtime.hub import ObjectRef, flush, get_hub
+from ..runtime.dialed import flush
+from ..runtime.hub import ObjectRef, get_hub
 from ..runtime.machine import machine_id
 from ..wire.codec import Payload
 from ..wire.tls import host_port, is_tls

@@ -45,7 +45,8 @@ from . import buffers
 from . import collectives as coll
 from ..errors import RingError
 from ..runtime import identity
-from ..runtime.hub import ObjectRef, connect
+from ..runtime.dialed import connect
+from ..runtime.hub import ObjectRef
 from ..wire.codec import Payload
 from .errors import RingTimeoutError
 from .inbox import RingMember
@@ -131,8 +132,11 @@ class Member:
             return
         inbox = self._inbox
         client = connect(ref.address)
-        client.on_lost(lambda: inbox.mark_lost(
-            dst, RingError(f"rank {dst} left the ring (connection lost)", dst)))
+
+        def lost() -> None:
+            why = "connection lost" if client.silent_for is None else client.lost_reason
+            inbox.mark_lost(dst, RingError(f"rank {dst} left the ring ({why})", dst))
+        client.on_lost(lost)
         self._watched.add(dst)
 
     def _connect_partners(self) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import observe
+from .. import config, observe
 from ..errors import RingError
 from ..process import Process
 from ..runtime.exit_codes import describe_exit
@@ -119,6 +119,11 @@ class Rendezvous(Servant):
         if rank is not None:
             self._ring._on_lost(rank)
 
+    def peer_silent(self, peer: int) -> None:
+        rank = self._rank_of_peer.get(peer)
+        if rank is not None:
+            self._ring._on_silent(rank)
+
 
 class Ring:
     """``processes`` jobs running ``target(ring, *args, **kwargs)`` as the ranks of a ring.
@@ -160,6 +165,7 @@ class Ring:
         self._lock = threading.Lock()
         self._reports: dict[int, tuple[bool, Any]] = {}
         self._events: list[int] = []          # ranks in the order they failed or were lost
+        self._silent: dict[int, float] = {}   # ranks given up as silent, after so many seconds
         self._error: RingError | None = None  # what the members were told
         self._rendezvous: Rendezvous | None = None
         self._ref: ObjectRef | None = None
@@ -270,12 +276,22 @@ class Ring:
                 self._abort(RingError(f"rank {rank} failed: {failure.type_name}: {failure.message}",
                                       rank))
 
+    def _on_silent(self, rank: int) -> None:
+        with self._lock:
+            self._silent[rank] = config.get("peer_timeout")
+
     def _on_lost(self, rank: int) -> None:
         with self._lock:
             if rank in self._reports:
                 return
             self._events.append(rank)
-        self._abort(RingError(f"rank {rank} left the ring (connection lost)", rank))
+        self._abort(RingError(f"rank {rank} left the ring ({self._how_lost(rank)})", rank))
+
+    def _how_lost(self, rank: int) -> str:
+        silent = self._silent.get(rank)
+        if silent is None:
+            return "connection lost"
+        return f"it answered nothing for {silent:g} s: its machine is gone, cut off or frozen?"
 
     def _on_exit(self, rank: int, code: int | None) -> None:
         with self._lock:
@@ -375,7 +391,10 @@ class Ring:
         first = min(candidates, key=lambda r: (order.get(r, len(order)), r))
         info = self._reports.get(first, (False, None))[1]
         code = codes[first]
-        if info is None:
+        if info is None and first in self._silent:
+            message = (f"{self.name} rank {first} was given up: {self._how_lost(first)} "
+                       f"({describe_exit(code)})")
+        elif info is None:
             message = f"{self.name} rank {first} died ({describe_exit(code)})"
         else:
             failure = info["failure"]

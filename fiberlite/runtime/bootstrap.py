@@ -3,8 +3,12 @@
 It dials the parent's hub (address and object id in the environment, key in the
 secret environment), proves it holds the run's key, fetches its preparation data and
 the pickled Process, runs it and reports the exit code. If the connection to the
-parent drops, or the parent answers nothing for ``parent_timeout`` seconds (its
-machine vanished), the parent is gone and the job exits too: no orphans.
+parent drops, or the parent answers nothing for ``peer_timeout`` seconds (its machine
+vanished, the network was cut: :mod:`fiberlite.wire.liveness`), the parent is gone and
+the job exits too, a moment later: no orphans. It never dials its parent again. If the
+job was out of touch when that happened (it heard nothing from the parent, or was frozen
+itself), the parent may have given it up as lost: the job then sends nothing more to
+anyone (:func:`~fiberlite.runtime.dialed.fence`), so that it cannot come back into the run.
 """
 from __future__ import annotations
 
@@ -43,18 +47,6 @@ def _prepare(prep: dict) -> None:
     main_globals.set_loader(main_script.load)
 
 
-def _watch_parent(client, address: str, timeout: float, lost: threading.Event) -> None:
-    """Exit once the parent has answered nothing for ``timeout`` seconds.
-
-    A parent that exits closes its connections and the job ends at once (``on_lost``);
-    a parent whose machine vanished sends nothing at all, so it is asked at regular
-    intervals whether it is still there."""
-    while not lost.wait(timeout / 4):
-        if not client.ping(timeout * 3 / 4) and not lost.is_set():
-            _fail(f"the parent job at {address} has not answered for {timeout:g} s "
-                  f"(its machine is gone?); exiting")
-
-
 def main() -> None:
     from . import identity
     try:
@@ -65,19 +57,27 @@ def main() -> None:
         _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and the run's key; "
               "jobs are started by fiberlite, not by hand")
     identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
-    from .hub import ObjectRef, connect
+    from .dialed import connect, dial_once, fence
+    from .hub import ObjectRef
     from ..process import ParentProcess
+    from ..wire import liveness
     try:
         client = connect(address)
     except Exception as exc:
         _fail(f"cannot reach the parent job at {address}: {exc}")
+    dial_once(address, f"the connection to the parent job at {address} ended; this job is exiting")
     lost = threading.Event()
 
     def parent_gone() -> None:
+        silent = client.silent_for
+        why = (f"the parent job at {address} answered nothing for {silent:g} s (its machine is "
+               f"gone, cut off or frozen?); this job is exiting" if silent is not None
+               else f"the parent job at {address} is gone; this job is exiting")
+        if client.out_of_touch:  # the parent may have given this job up: it is out of the
+            fence(why)           # run, and whatever it sends from now on reaches nobody
         lost.set()  # parent_process().is_alive() is False and its join() returns from now
         # the job may act on it (report, clean up) for a moment, then it exits: no orphans
-        exit_timer = threading.Timer(PARENT_GONE_GRACE, _fail,
-                                     (f"the parent job at {address} is gone; exiting",))
+        exit_timer = threading.Timer(PARENT_GONE_GRACE, _fail, (why,))
         exit_timer.daemon = True
         exit_timer.start()
 
@@ -89,6 +89,7 @@ def main() -> None:
         prep = prep_payload.unpack()
         fetch_for_job(prep, address)  # the working directory, where the parent's is not seen
         _prepare(prep)
+        liveness.reconfigure()  # the parent's peer_timeout
         process = process_payload.unpack()
     except TreeError as exc:
         _fail(f"could not receive the working directory: {exc}")
@@ -96,14 +97,10 @@ def main() -> None:
         import traceback
         traceback.print_exc()
         _fail(f"could not receive the process to run: {exc}")
-    from ..config import get
-    if get("parent_timeout"):
-        threading.Thread(target=_watch_parent, args=(client, address, get("parent_timeout"), lost),
-                         name="fiberlite-parent-watch", daemon=True).start()
     process._popen = None
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
     from . import exit_order
-    from .hub import flush
+    from .dialed import flush
     exit_order.leave(through="backends")  # the hub's sockets stay open to report the exit
     try:
         flush()  # what this job put or sent lands before it is reported gone

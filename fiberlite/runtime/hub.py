@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 from . import exit_order, identity
+from .dialed import RECEIPTS, close_all, connect, current, flush, send_receipts
 from .limits import raise_open_file_limit
 from .scheduler import Scheduler
 from ..wire.client import Client
@@ -30,7 +30,6 @@ EXIT_FLUSH_SECONDS = 30.0
 # a receipt (ObjectRef.confirm) goes with the next call or cast to the servant's process,
 # or on its own after this long
 RECEIPT_SECONDS = 0.005
-RECEIPTS = "__receipts__"  # the operation of receipts sent on their own
 
 
 class Servant:
@@ -57,6 +56,10 @@ class Servant:
 
     def peer_lost(self, peer: int) -> None:
         """The connection of ``peer`` ended: forget what it held or waited for."""
+
+    def peer_silent(self, peer: int) -> None:
+        """The connection of ``peer`` is about to end because nothing came on it for
+        ``peer_timeout`` (:meth:`peer_lost` follows)."""
 
     def tell_watcher(self) -> None:
         """Tell the watcher, if any, that the servant's state changed."""
@@ -130,7 +133,8 @@ class Hub:
         self._lock = threading.RLock()
         from ..config import get
         self.server = Server(identity.key(), host, self._handle, self._peer_lost,
-                             self.scheduler.call_soon, use_tls=get("tls"))
+                             self.scheduler.call_soon, use_tls=get("tls"),
+                             on_peer_silent=self._peer_silent)
         self.address = self.server.address
 
     def register(self, servant: Servant, held: bool = False) -> "ObjectRef":
@@ -225,13 +229,16 @@ class Hub:
             raise exc
         return request.wait()
 
-    def _peer_lost(self, peer: int) -> None:
+    def _peer_lost(self, peer: int, event: str = "peer_lost") -> None:
         servants = sorted(self._objects.values(), key=lambda servant: servant.hears_loss_last)
         for servant in servants:
             try:
-                servant.peer_lost(peer)
+                getattr(servant, event)(peer)
             except Exception:
-                log.exception("peer_lost failed in %r", servant)
+                log.exception("%s failed in %r", event, servant)
+
+    def _peer_silent(self, peer: int) -> None:
+        self._peer_lost(peer, "peer_silent")
 
     def close(self) -> None:
         self.server.close()
@@ -241,9 +248,6 @@ class Hub:
 _hub: Hub | None = None
 _hub_lock = threading.Lock()
 _closed = False  # the hub was closed at exit: no other is started
-_clients: dict[Any, Client] = {}  # address, or (address, key) for another key than the run's
-_clients_lock = threading.Lock()
-_dialing: dict[Any, threading.Lock] = {}
 
 
 def listen_host(backend: str | None = None) -> str:
@@ -299,40 +303,6 @@ def current_hub() -> Hub | None:
     return _hub
 
 
-def connect(address: str, key: bytes | None = None) -> Client:
-    """The shared authenticated connection from this process to ``address``, proving
-    ``key`` (default: the run's key)."""
-    slot: Any = address if key is None else (address, key)
-    client = _clients.get(slot)
-    if client is not None and client.alive:
-        return client
-    with _clients_lock:  # one dial per address at a time, without holding up other addresses
-        dialing = _dialing.setdefault(slot, threading.Lock())
-    with dialing:
-        client = _clients.get(slot)
-        if client is None or not client.alive:
-            client = Client(address, identity.key() if key is None else key)
-            with _clients_lock:
-                _clients[slot] = client
-            client.on_lost(lambda: _forget(slot, client))
-    return client
-
-
-def flush(timeout: float | None = None) -> None:
-    """Wait until every one-way request this process sent has been handled (at most
-    ``timeout`` seconds in all: a peer that stopped answering is given up on)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with _clients_lock:
-        clients = list(_clients.values())
-    for client in clients:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            _send_receipts(client, timed=False)
-            client.flush(left)
-        except (ConnectionError, TimeoutError):
-            pass
-
-
 def shutdown() -> None:
     """Close this process's connections and server (at exit, after children are joined).
 
@@ -342,11 +312,7 @@ def shutdown() -> None:
     # what this process sent lands before it exits; a peer that stopped answering
     # must not hold the exit up for ever
     flush(EXIT_FLUSH_SECONDS)
-    with _clients_lock:
-        clients = list(_clients.values())
-        _clients.clear()
-    for client in clients:
-        client.close()
+    close_all()
     with _hub_lock:
         hub, _hub, _closed = _hub, None, True
     if hub is not None:
@@ -354,12 +320,6 @@ def shutdown() -> None:
 
 
 exit_order.at_exit("sockets", shutdown)
-
-
-def _forget(slot: Any, client: Client) -> None:
-    with _clients_lock:
-        if _clients.get(slot) is client:
-            del _clients[slot]
 
 
 class ObjectRef:
@@ -412,27 +372,17 @@ class ObjectRef:
         to that process, or on its own after :data:`RECEIPT_SECONDS`. The item was lent to
         this process's connection: if that has ended, the servant has taken it back already
         (or is gone), and there is nothing to send."""
-        client = _clients.get(self.address)
-        if client is None or not client.alive:
+        client = current(self.address)
+        if client is None:
             return
         if client.ride((self.oid, slot, ticket)):
-            get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: _send_receipts(client))
+            get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: send_receipts(client))
 
 
 def _envelope(client: Client, oid: int, method: str, args: tuple) -> tuple:
     """A request, with the receipts waiting to go to its process."""
     receipts = client.take_riders()
     return (oid, method, args, receipts) if receipts else (oid, method, args)
-
-
-def _send_receipts(client: Client, timed: bool = True) -> None:
-    """The receipts still waiting to go on ``client``, on their own."""
-    receipts = client.take_riders(timed)
-    if receipts:
-        try:
-            client.cast((0, RECEIPTS, receipts), collect=False)
-        except ConnectionError:
-            pass  # the connection is gone: what was lent goes to others anyway
 
 
 def _owned(args: tuple) -> tuple:

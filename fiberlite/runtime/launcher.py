@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from .. import config
 from . import exit_order, identity
@@ -29,10 +29,14 @@ from ..wire.codec import Payload, name_unpicklable, unpicklable_error
 # backends the image's python
 BOOTSTRAP = ["python", "-m", "fiberlite.runtime.bootstrap"]
 
+log = logging.getLogger(__name__)
+
 
 class JobChannel(Servant):
     """The parent's end of one job: hands over the Process once, records its exit code;
-    its watcher is told when the job's connection ends (the job exited or is exiting)."""
+    its watcher is told when the job's connection ends (the job exited or is exiting).
+    ``on_silent()`` is called when the job's connection is given up because the job
+    stayed silent for ``peer_timeout`` (it must not block)."""
 
     def __init__(self, preparation: Payload, process: Payload, exports: list) -> None:
         self._parts: tuple | None = (preparation, process)
@@ -41,6 +45,7 @@ class JobChannel(Servant):
         self.reported: int | None = None
         self.connected = threading.Event()
         self.lost = threading.Event()
+        self.on_silent: Callable[[], None] | None = None
 
     def op_fetch(self, request) -> None:
         if self._parts is None:
@@ -60,6 +65,10 @@ class JobChannel(Servant):
             self.lost.set()
             self.release_exports()
             self.tell_watcher()
+
+    def peer_silent(self, peer: int) -> None:
+        if peer == self.peer and self.on_silent is not None:
+            self.on_silent()
 
     def release_exports(self) -> None:
         """The job has ended: pipe ends it never unpickled no longer hold their pipe open."""
@@ -171,9 +180,26 @@ class Launch:
                 expire_exports(exports)  # no job will use what was pickled for it
                 raise
         self.pid = self.job.pid
+        self.name = process.name
         self.returncode: int | None = None
         self._sentinel: int | None = None
         self._lock = threading.Lock()
+        self.channel.on_silent = self._given_up
+
+    def _given_up(self) -> None:
+        """The job stayed silent for ``peer_timeout``: it is lost for the run (what it
+        held is given back as its connection ends) and is killed through the backend,
+        so that it cannot come back; if it does before the kill lands, it finds its
+        connection closed and exits (see :func:`fiberlite.runtime.dialed.fence`)."""
+        log.warning("%s answered nothing for %g s: it is lost, and killed", self.name,
+                    config.get("peer_timeout"))
+        threading.Thread(target=self._kill_lost, name="fiberlite-kill-lost", daemon=True).start()
+
+    def _kill_lost(self) -> None:
+        try:
+            self.backend.terminate(self.job, force=True)
+        except Exception as exc:   # the backend cannot reach it either: it fences itself
+            log.warning("could not kill the lost job %s: %s", self.name, exc)
 
     def _finish(self, code: int) -> int:
         with self._lock:

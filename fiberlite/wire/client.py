@@ -2,24 +2,30 @@
 
 Each call borrows a REQ context, sends its request and waits for the reply on the
 calling thread (no hand-off between threads). Automatic resend is disabled, so an
-idle connection never replays a request. When the connection drops, every waiting
-call fails with :class:`ConnectionLost` and the client is discarded.
+idle connection never replays a request. When the connection drops, or the server
+stays silent for ``peer_timeout`` (:mod:`.liveness`: this client probes it when the
+connection is idle), every waiting call fails with :class:`ConnectionLost` and the
+client is discarded.
 """
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from typing import Any, Callable
 
 import pynng
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec, doorman, threads, tls
+from . import auth, codec, dialer, liveness, threads, tls
 from .guard import SocketGuard
 from .nngio import Io
 
+log = logging.getLogger(__name__)
+
 HANDSHAKE_TIMEOUT_MS = 10_000
 CAST_WINDOW = 256  # one-way requests sent before a SYNC collects their failures
+PROBE = codec.encode(None, codec.PING)
 
 
 class Client:
@@ -35,6 +41,14 @@ class Client:
         self._riders_timed = False
         self.alive = False
         self._ended = False  # the connection ended (perhaps before it was alive)
+        # liveness (see fiberlite.wire.liveness): set by calls, read by the liveness thread
+        self._sent = self._heard = False
+        self._quiet = 0  # ticks in a row in which nothing came back
+        self._probe: Io | None = None
+        self._probing = False
+        self.silent_for: float | None = None  # given up after this many silent seconds
+        self.out_of_touch = False  # it ended while this end heard nothing, or was frozen
+        self._closed_why: str | None = None
         options = {"tls_config": tls.config(key, server=False)} if tls.is_tls(address) else {}
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1, **options)
         self._sock.reconnect_time_min = 60_000
@@ -46,7 +60,7 @@ class Client:
                 self._dial(address, connect_timeout)
                 self._authenticate(key)
             else:   # proved on a plain connection, then handed to nng
-                doorman.dial(self._sock, self._guard, address, key, connect_timeout)
+                dialer.dial(self._sock, self._guard, address, key, connect_timeout)
             with self._lock:   # its end may have come before it was alive: then it is lost
                 self.alive = not self._ended
             if not self.alive:
@@ -54,6 +68,7 @@ class Client:
         except BaseException:
             self._guard.close()
             raise
+        liveness.watch(self)
 
     def _dial(self, address: str, timeout: float) -> None:
         """Connect once: a refused connection means nothing listens there (any more)."""
@@ -108,11 +123,16 @@ class Client:
             if not self.alive:
                 return
             self.alive = False
+            # the other end may have given this one up for its silence: it had heard
+            # nothing for most of a timeout, or this process was frozen until now
+            self.out_of_touch = (self.silent_for is not None or liveness.behind()
+                                 or self._quiet >= liveness.TICKS - 1)
             callbacks, self._lost_callbacks = self._lost_callbacks, []
         # waking the waiting calls is not allowed inside nng's callback
         threads.start(self._after_loss, callbacks, name="fiberlite-connection-lost")
 
     def _after_loss(self, callbacks) -> None:
+        liveness.unwatch(self)
         self._guard.close()  # every call under way fails; the socket closes when none is
         for callback in callbacks:
             try:
@@ -121,7 +141,17 @@ class Client:
                 pass
 
     def _lost_error(self) -> ConnectionLost:
-        return ConnectionLost(f"connection to {self.address} was lost (the job serving it has exited?)")
+        return ConnectionLost(f"connection to {self.address} was lost ({self.lost_reason})")
+
+    @property
+    def lost_reason(self) -> str:
+        """Why the connection is lost, as an error message says it."""
+        if self._closed_why is not None:
+            return self._closed_why
+        if self.silent_for is not None:
+            return (f"it answered nothing for {self.silent_for:g} s: its machine is gone, cut "
+                    f"off or frozen?")
+        return "the job serving it has exited?"
 
     def _enter(self) -> None:
         if not self._guard.enter():
@@ -157,6 +187,7 @@ class Client:
         except BaseException:
             self._guard.discard(ctx)  # an interrupted call leaves the context mid-request
             raise
+        self._heard = True
         self._idle.append(ctx)
         return codec.decode(frame)
 
@@ -174,6 +205,7 @@ class Client:
         except pynng.NNGException:
             self._guard.discard(ctx)
             raise self._lost_error() from None
+        self._sent = True
         return ctx
 
     def _call(self, frame: Any, timeout_ms: int = -1) -> Any:
@@ -260,32 +292,69 @@ class Client:
         if not ok:
             raise value
 
-    def ping(self, timeout: float) -> bool:
-        """Whether the server answers within ``timeout`` seconds (False once the
-        connection is lost). A server whose machine vanished sends no reset: only an
-        unanswered request tells."""
+    # -- liveness (the liveness thread's) ------------------------------------------------------
+    def liveness_tick(self, counted: bool, timeout: float) -> bool:
+        """One tick of :mod:`.liveness`: give the server up after ``TICKS`` counted ticks
+        in a row with nothing back, else probe it unless requests went and replies came."""
+        if not self.alive:
+            return False
+        heard, sent = self._heard, self._sent
+        self._heard = self._sent = False
+        answered = self._probing and self._probe_answered()
+        if heard or answered:
+            self._quiet = 0
+        elif counted:
+            self._quiet += 1
+            if self._quiet >= liveness.TICKS:
+                self._give_up(timeout)
+                return False
+        if not (heard and sent) and not self._probing:
+            self._send_probe()
+        return True
+
+    def _send_probe(self) -> None:
+        if not self._guard.enter():
+            return
         try:
-            self._enter()
-        except ConnectionLost:
+            if self._probe is None:
+                self._probe = self._guard.open_context(Io)
+                if self._probe is None:
+                    return
+            self._probe.send_frame(PROBE, wait=False)
+            self._probe.begin_recv()
+            self._probing = True
+        except pynng.NNGException:   # closing: the connection's end is reported anyway
+            pass
+        finally:
+            self._guard.leave()
+
+    def _probe_answered(self) -> bool:
+        if not self._guard.enter():
             return False
         try:
-            ctx = self._context()
-        except ConnectionLost:
-            self._leave()
-            return False
-        try:
-            ctx.send_frame(codec.encode(None, codec.PING), wait=False)
-            ctx.recv_frame(max(1, int(timeout * 1000)))
+            if not self._probe.recv_finished():
+                return False
+            self._probing = False
+            self._probe.end_recv()
             return True
-        except pynng.NNGException:   # Timeout, or the connection closed
+        except pynng.NNGException:
             return False
         finally:
-            self._guard.discard(ctx)   # a request left unanswered must not be reused
-            self._leave()
+            self._guard.leave()
 
-    def close(self) -> None:
-        """Close the connection (calls still under way in other threads fail)."""
+    def _give_up(self, timeout: float) -> None:
+        """The server has been silent for ``timeout`` seconds: the connection is lost."""
+        self.silent_for = timeout
+        log.warning("%s answered nothing for %g s: the connection to it is given up",
+                    self.address, timeout)
+        self._pipe_removed(None)
+
+    def close(self, why: str | None = None) -> None:
+        """Close the connection (calls still under way in other threads fail, saying
+        ``why`` when given)."""
         with self._lock:
             self.alive = False
             self._lost_callbacks = []
+            self._closed_why = why
+        liveness.unwatch(self)
         self._guard.close()

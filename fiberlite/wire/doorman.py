@@ -7,11 +7,7 @@ ran as messages. So the listening side accepts plain stream sockets itself
 (:class:`Doorman`: one thread, non-blocking sockets, a selector), admits each to a
 :class:`~fiberlite.wire.gate.Gate` (a deadline and a bound), reads only the two
 handshake steps of fixed, small size, and hands a connection to nng only once its peer
-proved the key: nng's ``socket://`` transport adopts the descriptor, each through a
-``socket://`` listener of its own that lives as long as the connection. The dialing
-side (:func:`dial`) connects a plain socket, runs its half on it, waits for the
-listening side's nng to greet it (so that a listener that closed meanwhile is seen as
-a closed connection, not waited for), then adopts its descriptor the same way.
+proved the key (:mod:`.handover`). The dialing side's half is :mod:`.dialer`.
 
 Every nng call here is made under the owner's :class:`~fiberlite.wire.guard.CallGuard`.
 """
@@ -30,24 +26,20 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from ..errors import AuthenticationError
 from . import auth
 from .binding import bind_host
 from .gate import Gate
 from .guard import CallGuard
+from .handover import ABSTRACT, SP_HEADER, TCP, adopt, listener_of
 
 log = logging.getLogger(__name__)
 
-HELLO_SIZE, PROOF_SIZE, CHALLENGE_SIZE = auth.HELLO_SIZE, auth.PROOF_SIZE, auth.CHALLENGE_SIZE
-SP_HEADER = b"\x00SP\x00"   # how nng starts every connection (then protocol, reserved)
-SP_HEADER_SIZE = 8
+HELLO_SIZE, PROOF_SIZE = auth.HELLO_SIZE, auth.PROOF_SIZE
 BACKLOG = 4096              # the kernel caps it (somaxconn)
 ACCEPTS_PER_TURN = 64       # connections accepted before the others are read again
 # seconds a proven peer's connection may take to become an nng pipe once adopted (its
 # peer adopts its end after the greeting; one that died meanwhile leaves no other sign)
 HANDOVER_SECONDS = 60.0
-ABSTRACT = "abstract://"
-TCP = "tcp://"
 
 
 # -- addresses --------------------------------------------------------------------------------
@@ -74,162 +66,6 @@ def listen_abstract() -> tuple[socket.socket, str]:
         raise
     sock.setblocking(False)
     return sock, ABSTRACT + name
-
-
-def _connect(address: str, timeout: float) -> socket.socket:
-    if address.startswith(ABSTRACT):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect("\0" + address[len(ABSTRACT):])
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    if not address.startswith(TCP):
-        raise ValueError(f"not an address this process can dial: {address}")
-    host, port = address[len(TCP):].rsplit(":", 1)
-    return socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
-
-
-def _no_delay(sock: socket.socket) -> None:
-    if sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
-# -- handing a connection to nng -----------------------------------------------------------
-def adopt(guard: CallGuard, nng_socket, sock: socket.socket):
-    """Hand the connected ``sock`` to the nng socket ``nng_socket`` (an ``nng_socket``)
-    through a ``socket://`` listener of its own; the listener (an ``nng_listener``), or
-    None when that failed or the socket is closing (``sock`` is closed then). From now on
-    nng owns the descriptor: closing the listener (or the socket) closes it."""
-    _no_delay(sock)
-    if not guard.enter():
-        sock.close()
-        return None
-    try:
-        holder = ffi.new("nng_listener *")
-        err = lib.nng_listener_create(holder, nng_socket, b"socket://")
-        if err:
-            sock.close()
-            log.warning("cannot adopt a connection: %s", ffi.string(lib.nng_strerror(err)).decode())
-            return None
-        listener = holder[0]
-        err = lib.nng_listener_start(listener, 0)
-        if not err:
-            fd = sock.detach()
-            err = lib.nng_listener_set_int(listener, b"socket:fd", fd)
-            if err:
-                os.close(fd)
-        else:
-            sock.close()
-        if err:
-            lib.nng_listener_close(listener)
-            log.warning("cannot adopt a connection: %s", ffi.string(lib.nng_strerror(err)).decode())
-            return None
-        return listener
-    finally:
-        guard.leave()
-
-
-def listener_of(pipe: pynng.Pipe) -> int:
-    """The id of the listener that made ``pipe`` (-1: none)."""
-    return lib.nng_listener_id(lib.nng_pipe_listener(pipe.pipe))
-
-
-def dial(sock: pynng.Socket, guard: CallGuard, address: str, key: bytes, timeout: float) -> pynng.Pipe:
-    """Connect ``sock`` (an nng socket that dials nothing itself) to the :class:`Doorman`
-    at ``address``: prove the key on a plain connection, then adopt it; the nng pipe.
-    Raises ``ConnectionRefusedError``, :class:`~fiberlite.errors.AuthenticationError` or
-    ``ConnectionError``."""
-    deadline = time.monotonic() + timeout
-    raw = _proved(address, key, deadline)
-    arrived: list[pynng.Pipe] = []
-    ready = threading.Event()
-
-    def added(pipe: pynng.Pipe) -> None:
-        arrived.append(pipe)
-        ready.set()
-    sock.add_post_pipe_connect_cb(added)
-    if adopt(guard, sock.socket, raw) is None:
-        raise ConnectionError(f"connection to {address} was closed during the handshake")
-    if not ready.wait(max(0.0, deadline - time.monotonic())) or guard.closing:
-        raise ConnectionError(f"connection to {address} was closed during the handshake")
-    return arrived[0]
-
-
-class _CutOff(ConnectionError):
-    """The door closed the connection before it answered the HELLO (it was full)."""
-
-
-def _proved(address: str, key: bytes, deadline: float) -> socket.socket:
-    """A plain connection to ``address`` on which both sides proved the key, the
-    listening side's nng greeting waiting in it. A connection the door cut off before
-    it answered (it makes room for newer ones among those that have not spoken yet) is
-    made again until ``deadline``."""
-    attempt = 0
-    while True:
-        try:
-            raw = _connect(address, max(0.001, deadline - time.monotonic()))
-        except ConnectionRefusedError:
-            raise ConnectionRefusedError(
-                f"nothing listens at {address} (has the job that owns it exited?)") from None
-        except OSError as exc:
-            raise ConnectionError(f"cannot connect to {address}: {exc}") from None
-        try:
-            _prove_on(raw, key, address, deadline)
-            return raw
-        except _CutOff:
-            raw.close()
-            attempt += 1
-            if time.monotonic() + 0.01 * attempt >= deadline:
-                raise ConnectionError(f"connection to {address} was closed before its handshake "
-                                      f"(the listener is flooded with connections?)") from None
-            time.sleep(0.01 * attempt)   # back off: the door is full
-        except (AuthenticationError, ValueError):
-            raw.close()
-            raise
-        except (OSError, ConnectionError) as exc:
-            raw.close()
-            raise ConnectionError(f"connection to {address} failed during the handshake: "
-                                  f"{exc or type(exc).__name__}") from None
-        except BaseException:
-            raw.close()
-            raise
-
-
-def _prove_on(raw: socket.socket, key: bytes, address: str, deadline: float) -> None:
-    raw.settimeout(max(0.001, deadline - time.monotonic()))
-    steps = iter((lambda: _read_step(raw, CHALLENGE_SIZE),
-                  # the listener closes the connection of a peer whose proof failed
-                  lambda: _read_step(raw, len(auth.WELCOME), b"")))
-    auth.prove(key, raw.sendall, lambda: next(steps)(), address)
-    # the listening side's nng greets as soon as it owns the connection: until then
-    # the connection may still be closed without nng ever having seen it
-    raw.settimeout(max(0.001, deadline - time.monotonic()))
-    greeting = raw.recv(SP_HEADER_SIZE, socket.MSG_PEEK | socket.MSG_WAITALL)
-    if not greeting.startswith(SP_HEADER):
-        raise ConnectionError("the connection ended before it was handed over")
-    raw.settimeout(None)
-
-
-def _read_step(sock: socket.socket, size: int, ended: bytes | None = None) -> bytes:
-    """The listening side's next handshake step, ``size`` bytes; ``ended`` if it closes
-    the connection instead (None: it was cut off before it answered)."""
-    data = bytearray()
-    while len(data) < size:
-        try:
-            chunk = sock.recv(size - len(data))
-        except ConnectionResetError:
-            chunk = b""
-        if not chunk:
-            if ended is None and not data:
-                raise _CutOff("the connection was closed before the handshake")
-            if ended is None:
-                raise ConnectionError("the connection ended")
-            return ended
-        data += chunk
-    return bytes(data)
 
 
 def _not_the_handshake(data: bytes) -> str:

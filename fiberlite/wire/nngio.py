@@ -79,6 +79,11 @@ class Io(pynng.Context):
         pipe = lib.nng_msg_get_pipe(msg)
         return take_frame(msg), pipe.id, pipe
 
+    def recv_finished(self) -> bool:
+        """Whether the receive :meth:`begin_recv` started has finished (then
+        :meth:`end_recv` returns, or raises, at once)."""
+        return not lib.nng_aio_busy(self._receiving.aio)
+
     def cancel_recv(self) -> None:
         lib.nng_aio_cancel(self._receiving.aio)
 

@@ -8,6 +8,9 @@ decoded. On ``tcp://`` the :class:`~fiberlite.wire.doorman.Doorman` runs it befo
 ever sees the connection, so every pipe of the socket is a proven peer. With TLS
 (nng's own listener) it runs as the first messages of each pipe, and anything else
 from a pipe that has not passed it closes the pipe.
+
+A connection on which nothing came for ``peer_timeout`` (:mod:`.liveness`; an idle
+client probes) is closed as if its peer had closed it, after ``on_peer_silent``.
 """
 from __future__ import annotations
 
@@ -18,13 +21,15 @@ from typing import Any, Callable
 
 import pynng
 
-from . import auth, codec, tls, tls_watch
+from . import auth, codec, liveness, tls, tls_watch
 from .binding import bind_host
 from .doorman import Doorman, listen_tcp
 from .guard import SocketGuard
 from .nngio import Io, close_pipe
 
 log = logging.getLogger(__name__)
+
+PROBE_ANSWER = codec.encode((True, None))
 
 
 class Request:
@@ -67,16 +72,20 @@ class Server:
 
     ``handler(request, message)`` runs on the receiving thread and must not block;
     ``on_peer_lost(peer)`` is called (via ``defer``) when a connection ends, after every
-    request that came from it has been handed to ``handler``. ``defer(fn)`` runs ``fn``
-    soon, preferably on a thread of the caller's: nng's own threads call it.
+    request that came from it has been handed to ``handler``; ``on_peer_silent(peer)``
+    before it (via ``defer`` too) when the connection ends because nothing came on it for
+    ``peer_timeout``. ``defer(fn)`` runs ``fn`` soon, preferably on a thread of the
+    caller's: nng's own threads call it.
     """
 
     def __init__(self, key: bytes, host: str, handler: Callable[[Request, Any], None],
                  on_peer_lost: Callable[[int], None], defer: Callable[[Callable[[], None]], None],
-                 port: int = 0, use_tls: bool = False) -> None:
+                 port: int = 0, use_tls: bool = False,
+                 on_peer_silent: Callable[[int], None] | None = None) -> None:
         self._key = key
         self._handler = handler
         self._on_peer_lost = on_peer_lost
+        self._on_peer_silent = on_peer_silent
         self._defer = defer
         self._idle: collections.deque[pynng.Context] = collections.deque()
         self._handshakes: dict[int, bytes | tuple[bytes, bytes]] = {}
@@ -85,8 +94,13 @@ class Server:
         self._removed: collections.deque[int] = collections.deque()  # connections that ended
         self._receiving: Io | None = None  # the context the receiving thread waits on
         self._receiving_lock = threading.Lock()
+        # liveness: peers heard since the last tick, and each connection's silent ticks
+        self._heard: set[int] = set()
+        self._quiet: dict[int, int] = {}
+        self._pipes: dict[int, pynng.Pipe] = {}
         options = {"tls_config": tls.config(key, server=True)} if use_tls else {}
         self._sock = pynng.Rep0(recv_max_size=0, **options)
+        self._sock.add_post_pipe_connect_cb(self._pipe_added)
         self._sock.add_post_pipe_remove_cb(self._pipe_removed)
         self._guard = SocketGuard(self._sock)
         self._door: Doorman | None = None
@@ -108,6 +122,7 @@ class Server:
         self._thread.start()
         if self._door is not None:
             self._door.serve()
+        liveness.watch(self)
 
     # -- receiving ---------------------------------------------------------------
     def _serve(self) -> None:
@@ -138,18 +153,19 @@ class Server:
                 continue
             finally:
                 guard.leave()
+            self._heard.add(peer)
             if peer in self._authenticated or (self._door is not None and peer >= 0):
                 try:
                     flags = codec.flags_of(frame)
+                    if flags & codec.PING:   # a probe: answered without a look inside
+                        self._send(ctx, PROBE_ANSWER)
+                        continue
                     message = codec.decode(frame)
                 except Exception as exc:
                     log.warning("undecodable request from peer %s: %s", peer, exc)
                     self._drop(peer, pipe, ctx)
                     continue
                 del frame
-                if flags & codec.PING:
-                    self._send(ctx, codec.encode((True, None)))
-                    continue
                 if flags & codec.SYNC:  # every earlier request of this peer is handled
                     error = self._one_way_errors.pop(peer, None)
                     self._send(ctx, codec.encode((True, None) if error is None else (False, error)))
@@ -239,10 +255,52 @@ class Server:
                     self._guard.leave()
         self._idle.append(ctx)
 
+    def _pipe_added(self, pipe: pynng.Pipe) -> None:
+        # (nng's thread) watched from now on
+        self._pipes[pipe.id] = pipe
+        self._quiet[pipe.id] = 0
+
     def _pipe_removed(self, pipe: pynng.Pipe) -> None:
         # (nng's thread) reported by the receiving thread, after what came before it
+        self._pipes.pop(pipe.id, None)
+        self._quiet.pop(pipe.id, None)
         self._removed.append(pipe.id)
         self._defer(self._wake_receiver)
+
+    # -- liveness (the liveness thread's) ------------------------------------------------------
+    def liveness_tick(self, counted: bool, timeout: float) -> bool:
+        """One tick of :mod:`.liveness`: close each connection on which nothing came for
+        ``TICKS`` counted ticks in a row."""
+        if self._guard.closing:
+            return False
+        heard, self._heard = self._heard, set()
+        quiet = self._quiet
+        for peer, ticks in list(quiet.items()):
+            if peer in heard:
+                if ticks:
+                    quiet[peer] = 0
+            elif counted:
+                if ticks + 1 >= liveness.TICKS:
+                    self._give_up(peer, timeout)
+                elif peer in quiet:
+                    quiet[peer] = ticks + 1
+        return True
+
+    def _give_up(self, peer: int, timeout: float) -> None:
+        """Nothing came from ``peer`` for ``timeout`` seconds: close its connection."""
+        self._quiet.pop(peer, None)
+        pipe = self._pipes.get(peer)
+        if pipe is None:   # it ended meanwhile
+            return
+        log.warning("%s: connection %d sent nothing for %g s and is closed: its machine is gone, "
+                    "cut off or frozen?", self.address, peer, timeout)
+        if self._on_peer_silent is not None:
+            self._defer(lambda: self._on_peer_silent(peer))
+        if self._guard.enter():
+            try:
+                close_pipe(pipe.pipe)
+            finally:
+                self._guard.leave()
 
     # -- answering -----------------------------------------------------------------
     def _answer(self, request: Request, value: tuple) -> None:
@@ -276,6 +334,7 @@ class Server:
         closes as soon as none is inside nng any more."""
         if not self._guard.close():
             return
+        liveness.unwatch(self)
         self._unwatch()
         if self._door is not None:
             self._door.close()

@@ -17,7 +17,7 @@ from fiberlite.errors import AuthenticationError, ConnectionLost
 from fiberlite.managers import NotExposedError, RemoteError, SyncManager
 from fiberlite.managers.calls import _pending
 from fiberlite.managers.remote import url_of
-from fiberlite.runtime.hub import flush
+from fiberlite.runtime.dialed import flush
 from remote_managed import CounterProxy, QueueClient, QueueManager, put_numbers, shared_queue
 from interpreters import run_python
 

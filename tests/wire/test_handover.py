@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from fiberlite.wire import client as client_module
-from fiberlite.wire import doorman
+from fiberlite.wire import dialer
 from fiberlite.wire.link import nng as link_module
 from fiberlite.wire.client import Client
 from fiberlite.wire.link.nng import NngLink as Link
@@ -21,11 +21,11 @@ from fiberlite.wire.server import Server
 
 KEY = secrets.token_bytes(32)
 DEADLINE = 10
-REAL_DIAL = doorman.dial
+REAL_DIAL = dialer.dial
 
 
 def dial_then_lose(close_other_side):
-    """doorman.dial that, once the connection is nng's, closes the other side and
+    """dialer.dial that, once the connection is nng's, closes the other side and
     returns only after nng has reported the connection's end."""
     def dial(sock, guard, address, key, timeout):
         pipe = REAL_DIAL(sock, guard, address, key, timeout)
@@ -40,7 +40,7 @@ def dial_then_lose(close_other_side):
 def test_a_client_whose_connection_ends_as_it_is_made_raises(monkeypatch):
     server = Server(KEY, "127.0.0.1", lambda request, message: request.reply(message),
                     lambda peer: None, lambda fn: threading.Thread(target=fn).start())
-    monkeypatch.setattr(client_module.doorman, "dial", dial_then_lose(server.close))
+    monkeypatch.setattr(client_module.dialer, "dial", dial_then_lose(server.close))
     with pytest.raises(ConnectionError, match="ended as it was made"):
         Client(server.address, KEY)
 
@@ -49,7 +49,7 @@ def test_a_link_whose_connection_ends_as_it_is_made_raises(monkeypatch):
     reader = Link.listen("127.0.0.1", KEY, False)
     accepted = threading.Thread(target=reader.accept, args=(KEY,), daemon=True)
     accepted.start()
-    monkeypatch.setattr(link_module.doorman, "dial", dial_then_lose(reader.close))
+    monkeypatch.setattr(link_module.dialer, "dial", dial_then_lose(reader.close))
     try:
         with pytest.raises(ConnectionError, match="ended as it was handed over"):
             Link.dial(reader.address, KEY)

@@ -220,7 +220,7 @@ def test_a_proven_peer_that_never_hands_over_its_end_is_closed(monkeypatch):
     """After the handshake the listening side's nng greets and waits for the peer's
     greeting; a peer that never sends it is closed after ``HANDOVER_SECONDS``."""
     import secrets
-    from fiberlite.wire import auth, doorman
+    from fiberlite.wire import auth, doorman, handover
     from fiberlite.wire.server import Server
     from raw_peer import say_hello
 
@@ -238,6 +238,6 @@ def test_a_proven_peer_that_never_hands_over_its_end_is_closed(monkeypatch):
                 if not chunk:
                     break
                 got += chunk
-        assert got.startswith(auth.WELCOME + doorman.SP_HEADER)
+        assert got.startswith(auth.WELCOME + handover.SP_HEADER)
     finally:
         server.close()

@@ -149,6 +149,17 @@ class LinkedReader:
         finally:
             reading.lock.release()
 
+    def owner_silent(self) -> None:
+        """The owner's process was given up as silent. It may live on and take back what
+        it sent and this job did not consume, so nothing more is read here, not even what
+        has arrived: reads and sends go through the hub, which says the owner is gone."""
+        reading = self.reading
+        reading.stop()   # wakes a blocked reader, which reads through the hub once done
+        try:
+            self._finish()
+        finally:
+            reading.lock.release()
+
     def _wake_reader(self) -> None:
         """The link's connection ended: a blocked reader looks at what is left."""
         self.reading.take_lock()
@@ -261,6 +272,12 @@ def _try_link(ref: ObjectRef, end: int) -> None:
             _early_unlinks.pop(token, None)
         return
     reader = LinkedReader(ref, end, link, token)
+    owner = ref.connection()
+
+    def owner_lost() -> None:
+        if owner.silent_for is not None:   # (an owner that ended: what arrived is still read)
+            reader.owner_silent()
+    owner.on_lost(owner_lost)
     with _registry_lock:
         _readers[_key(ref, end)] = reader
         _by_token[token] = reader

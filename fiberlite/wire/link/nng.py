@@ -18,7 +18,7 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from .. import auth, doorman, threads, tls, tls_watch
+from .. import auth, dialer, doorman, threads, tls, tls_watch
 from ..binding import bind_host
 from ..guard import CallGuard
 from ..nngio import TimedAio, message_of, take_frame
@@ -157,7 +157,7 @@ class NngLink(LossCallbacks):
         if not tls.is_tls(address):   # proved on a plain connection, then handed to nng
             link = cls(sock)
             try:
-                pipe = doorman.dial(sock, link._guard, address, key, HANDSHAKE_TIMEOUT_MS / 1000)
+                pipe = dialer.dial(sock, link._guard, address, key, HANDSHAKE_TIMEOUT_MS / 1000)
                 if not link._set_peer(pipe.id):
                     raise ConnectionError("the connection ended as it was handed over")
             except BaseException as exc:
