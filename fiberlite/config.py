@@ -169,10 +169,22 @@ _inherited: dict[str, Any] | None = None
 _resolved: dict[str, Any] | None = None
 
 
+#: settings that were renamed: old name -> new name
+RENAMED = {"parent_timeout": "peer_timeout"}
+
+
+def _unknown(name: str, source: str = "") -> ConfigError:
+    where = f" ({source})" if source else ""
+    if name in RENAMED:
+        return ConfigError(f"the setting {name!r}{where} is now {RENAMED[name]!r} (it covers both "
+                           "sides of every connection): use that name")
+    return ConfigError(f"unknown setting {name!r}{where}; known settings: {', '.join(SETTINGS)}")
+
+
 def _check(name: str, value: Any, source: str) -> Any:
     setting = SETTINGS.get(name)
     if setting is None:
-        raise ConfigError(f"unknown setting {name!r} ({source}); known settings: {', '.join(SETTINGS)}")
+        raise _unknown(name, source)
     if value is None:
         return None
     try:
@@ -231,7 +243,7 @@ def settings() -> dict[str, Any]:
 
 def get(name: str) -> Any:
     if name not in SETTINGS:
-        raise ConfigError(f"unknown setting {name!r}; known settings: {', '.join(SETTINGS)}")
+        raise _unknown(name)
     return settings()[name]
 
 

@@ -65,6 +65,13 @@ def test_unknown_setting_in_code_and_file(fresh_config, monkeypatch):
         config.settings()
 
 
+def test_a_renamed_setting_names_its_new_name(fresh_config):
+    with pytest.raises(ConfigError, match="'parent_timeout' .* is now 'peer_timeout'"):
+        fiberlite.init(parent_timeout=30)
+    with pytest.raises(ConfigError, match="is now 'peer_timeout'"):
+        config.get("parent_timeout")
+
+
 def test_bad_toml_and_missing_config_file(fresh_config, monkeypatch):
     (fresh_config / ".fiberlite.toml").write_text("backend = \n")
     with pytest.raises(ConfigError, match="not valid TOML"):
