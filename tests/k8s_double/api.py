@@ -115,13 +115,22 @@ class Api:
         return None
 
     def take_place(self, run) -> bool:
-        """(Store lock held.) Give ``run`` one of the node's places, if one is free."""
+        """(Store lock held.) Give ``run`` one of the node's places, if one is free and
+        no pod created before it still waits for one (the scheduler's queue is first come,
+        first placed)."""
         if not run.placed:
-            placed = sum(1 for other in self.kubelet.runs.values() if other.placed)
-            if self.capacity is not None and placed >= self.capacity:
+            runs = list(self.kubelet.runs.values())
+            placed = sum(1 for other in runs if other.placed)
+            if self.capacity is not None and (placed >= self.capacity or any(
+                    self._waits_for_place(other) for other in runs if other.order < run.order)):
                 return False
-            run.placed = True
+            run.placed, run.queued = True, False
         return True
+
+    def _waits_for_place(self, run) -> bool:
+        pod = self.store.get("pods", run.namespace, run.name)
+        return bool(run.queued and pod and pod["metadata"]["uid"] == run.uid
+                    and not self.unschedulable_message(pod))
 
     def free_place(self, run) -> None:
         """The pod's life is over: its place goes to a pod that waits for one."""

@@ -9,6 +9,7 @@ when the grace period is over, then the pod object is removed.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import signal
 import threading
 import time
@@ -42,6 +43,8 @@ class PodRun:
     evicted: bool = False
     gone: bool = False                 # removed from the store
     placed: bool = False               # holds one of the node's places (see Api.capacity)
+    queued: bool = True                # waits in the scheduler's queue (first come, first placed)
+    order: int = 0                     # its place in that queue
     propagation: str = "Background"
     envs: dict = dataclasses.field(default_factory=dict)       # name -> env
     files: dict = dataclasses.field(default_factory=dict)      # name -> mounted files
@@ -55,12 +58,13 @@ class Kubelet:
         self.store = api.store
         self.runner = runner
         self.runs: dict[tuple[str, str], PodRun] = {}
+        self.admitted = itertools.count()
 
     # -- entry points -------------------------------------------------------
     def admit(self, pod: dict) -> PodRun:
         meta = pod["metadata"]
         run = PodRun(meta["namespace"], meta["name"], meta["uid"],
-                     [c["name"] for c in pod["spec"]["containers"]])
+                     [c["name"] for c in pod["spec"]["containers"]], order=next(self.admitted))
         self.runs[(run.namespace, run.name)] = run
         threading.Thread(target=self._life, args=(run,), daemon=True,
                          name=f"kubelet-{run.name}").start()
@@ -94,6 +98,7 @@ class Kubelet:
             if not self.store.closed:
                 self.api.errors.append(traceback.format_exc())
         finally:
+            run.queued = False
             self.api.free_place(run)
             if run.gone or self.store.closed:
                 self.signal(run, signal.SIGKILL)
