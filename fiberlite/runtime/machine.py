@@ -9,10 +9,9 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from typing import Any
 
 from .. import config
-from ..wire.binding import LOOPBACK
-from ..wire.tls import host_port
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 NETWORK_NAMESPACE = "/proc/self/ns/net"
@@ -31,8 +30,21 @@ def machine_id() -> str:
     return f"{boot}/{namespace}"
 
 
-def same_machine(address: str) -> bool:
-    """Whether the process listening at ``address`` (a hub's) shares this machine and its
-    network namespace, so that a Unix socket reaches it: an address on loopback (and the
-    ``share_machine`` setting on: off, every job is treated as one of another machine)."""
-    return host_port(address)[0].strip("[]") in LOOPBACK and config.get("share_machine")
+def same_machine(owner: Any) -> bool:
+    """Whether the process that owns ``owner`` (an object reference) shares this machine
+    and its network namespace, so that a Unix socket reaches it: its :func:`machine_id`,
+    asked once per process (the servant's ``machine`` operation), is this one's. With the
+    ``share_machine`` setting off, every process is treated as one of another machine."""
+    if not config.get("share_machine"):
+        return False
+    address = owner.address
+    known = _machines.get(address)
+    if known is None:
+        try:
+            known = _machines[address] = owner.call("machine")
+        except (ConnectionError, ReferenceError):
+            return False
+    return known == machine_id()
+
+
+_machines: dict[str, str] = {}  # a hub's address -> the machine_id of its process

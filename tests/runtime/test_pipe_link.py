@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+import psutil
 import pynng
 import pytest
 
@@ -22,6 +23,7 @@ from fiberlite.runtime.hub import get_hub
 from fiberlite.wire import link as links
 from fiberlite.wire.link.local import SCHEME as LOCAL, available
 from fiberlite.wire.tls import host_port
+from interpreters import run_python
 from unpickle_trap import Trace
 
 pytestmark = pytest.mark.timeout(90)
@@ -61,6 +63,38 @@ def test_a_job_on_this_machine_is_linked_over_a_unix_socket():
     assert a.recv() == "local"
     p.join()
     assert p.exitcode == 0
+
+
+LINK_TRANSPORT = """
+import fiberlite, link_jobs
+if __name__ == "__main__":
+    a, b = fiberlite.Pipe()
+    p = fiberlite.Process(target=link_jobs.echo_then_report_transport, args=(b, {rounds}))
+    p.start()
+    for i in range({rounds}):
+        a.send(i)
+        assert a.recv() == i
+    print(a.recv())
+    p.join()
+"""
+
+
+@pytest.mark.skipif(not available(), reason="local links are Linux's")
+def test_a_job_on_this_machine_is_linked_over_a_unix_socket_whatever_address_its_owner_has(tmp_path):
+    """The machine is told by its kernel's boot and network namespace, not by a loopback
+    address: an owner that listens on this machine's own address links over a Unix socket,
+    and with share_machine off over the network."""
+    address = next((a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+                    if a.family == socket.AF_INET and not a.address.startswith("127.")), None)
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    script = tmp_path / "transport.py"
+    script.write_text(LINK_TRANSPORT.format(rounds=ROUNDS))
+    for share, transport in (("1", "local"), ("0", "tcp")):
+        run = run_python(script, timeout=60, env={"FIBERLITE_LISTEN_HOST": address,
+                                                  "FIBERLITE_SHARE_MACHINE": share})
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == transport
 
 
 def test_linked_pipe_carries_bytes_large_objects_and_polls():

@@ -257,7 +257,7 @@ def _try_link(ref: ObjectRef, end: int) -> None:
     host = host_port(mailbox.address)[0]
     key = identity.key()
     try:
-        link = links.listen(host, key, use_tls=bool(get("tls")), same_machine=same_machine(ref.address))
+        link = links.listen(host, key, use_tls=bool(get("tls")), same_machine=same_machine(ref))
     except OSError:
         return
     token = next(_tokens)

@@ -16,6 +16,7 @@ from ...wire import link as links
 from ...wire.codec import Payload
 from .. import identity
 from ..hub import LOCAL_PEER, LockedServant, ObjectRef
+from ..machine import machine_id
 from .channel import Channel
 from .forwarder import LINKED, LINKING, UNLINKING, Forwarder
 from .frames import END, EOF_FRAME, READY_FRAME, RETRY, Unlinked, item_frame
@@ -225,6 +226,11 @@ class LinkingServant(LockedServant):
         :func:`~.reader.got_through_hub`): the item is the job's now."""
         with self._lock:
             self._forward_channel(slot).confirm(request.peer, ticket)  # type: ignore[union-attr]
+
+    def op_machine(self, request) -> None:
+        """This process's :func:`~fiberlite.runtime.machine.machine_id`: a job that shares it
+        is linked over a Unix socket."""
+        request.reply(machine_id())
 
     def op_ping(self, request) -> None:
         """Answer a linked job that lost its link and asks whether this process is still here."""
