@@ -24,6 +24,7 @@
 #include <Python.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -108,6 +109,43 @@ static int parse_wait(PyObject *block, PyObject *timeout, Wait *w)
         w->limited = 1;
     }
     return 0;
+}
+
+/* How long a wait on a word looks at it awake before sleeping (0: one CPU, where the
+ * thread that changes it could not run meanwhile); set when the module is loaded. */
+static long spin_ns = 0;
+static int sleep_on(uint32_t *addr, uint32_t expected, Wait *w);
+#define SPIN_NS 50000L
+
+/* Look at *addr awake for up to spin_ns (the GIL released by the caller): 1 once it is
+ * not ``expected``, 0 if it still is. Sleeping and being woken costs more than the
+ * microseconds a partner in a ping-pong takes to answer. */
+static int changes_soon(uint32_t *addr, uint32_t expected)
+{
+    struct timespec start, now;
+    if (!spin_ns)
+        return 0;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (unsigned i = 1;; i++) {
+        if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) != expected)
+            return 1;
+        cpu_relax();
+        if (!(i & 63)) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) > spin_ns)
+                return 0;
+        }
+    }
+}
+
+/* As sleep_on, after looking awake first (changes_soon). */
+static int watch_then_sleep_on(uint32_t *addr, uint32_t expected, Wait *w)
+{
+    int changed;
+    Py_BEGIN_ALLOW_THREADS
+    changed = changes_soon(addr, expected);
+    Py_END_ALLOW_THREADS
+    return changed ? 1 : sleep_on(addr, expected, w);
 }
 
 /* Sleep while *addr == expected (GIL released): 1 woken (look again), 0 the deadline
@@ -814,7 +852,7 @@ static PyObject *w_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     Wait wait;
     if (parse_wait(NULL, nargs == 3 ? args[2] : NULL, &wait) < 0)
         return NULL;
-    int r = sleep_on(w, (uint32_t)expected, &wait);
+    int r = watch_then_sleep_on(w, (uint32_t)expected, &wait);
     if (r < 0)
         return NULL;
     return PyBool_FromLong(r);
@@ -858,7 +896,7 @@ static PyObject *w_wait_while(PyObject *m, PyObject *const *args, Py_ssize_t nar
     uint32_t now;
     while ((now = __atomic_load_n(w, __ATOMIC_SEQ_CST)) == (uint32_t)v) {
         __atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
-        int r = sleep_on(w, (uint32_t)v, &wait);
+        int r = watch_then_sleep_on(w, (uint32_t)v, &wait);
         __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
         if (r < 0)
             return NULL;
@@ -919,6 +957,9 @@ PyMODINIT_FUNC PyInit__sync(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) > 1 : sysconf(_SC_NPROCESSORS_ONLN) > 1)
+        spin_ns = SPIN_NS;
     PyObject *bases = PyTuple_Pack(2, PyExc_AssertionError, PyExc_RuntimeError);
     if (bases == NULL) {
         Py_DECREF(m);
