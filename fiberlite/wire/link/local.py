@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from .. import auth
 from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
-from .sockets import Backlog, ack_lane, new_ack_lane, rest_of, tune, unwatch, watch
+from .sockets import Backlog, new_ack_lane, rest_of, take_ack_lane, tune, unwatch, watch
 
 SCHEME = "local://"
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
@@ -106,7 +106,7 @@ class LocalLink(LossCallbacks):
                 except (socket.timeout, OSError):
                     return False
                 if auth.check_on(sock, key, deadline):
-                    lane = self._take_ack_lane(sock, deadline)
+                    lane = take_ack_lane(sock, deadline)
                     if lane is not None:
                         self._acks = lane
                         return self._connected(sock)
@@ -114,23 +114,6 @@ class LocalLink(LossCallbacks):
             return False
         finally:
             listening.close()
-
-    @staticmethod
-    def _take_ack_lane(sock: socket.socket, deadline: float) -> memoryview | None:
-        """The acknowledgement count the proven writer passes right after the handshake."""
-        try:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            _, fds, _, _ = socket.recv_fds(sock, 1, 1)
-        except OSError:
-            return None
-        if len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            return None
-        try:
-            return ack_lane(fds[0])
-        except (OSError, ValueError):
-            return None
 
     @classmethod
     def dial(cls, address: str, key: bytes) -> "LocalLink":

@@ -35,6 +35,24 @@ def new_ack_lane() -> tuple[int, memoryview]:
     return os.dup(fd), ack_lane(fd)
 
 
+def take_ack_lane(sock: socket.socket, deadline: float) -> memoryview | None:
+    """The acknowledgement count a proven writer passes right after the handshake (None:
+    it passed none, or not in time)."""
+    try:
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+    except OSError:
+        return None
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return None
+    try:
+        return ack_lane(fds[0])
+    except (OSError, ValueError):
+        return None
+
+
 def tune(sock: socket.socket, cancel_check_us: int) -> None:
     """Buffers as large as the kernel gives, blocking mode, and a receive that waits for
     ever woken every ``cancel_check_us`` microseconds."""
