@@ -140,8 +140,8 @@ CORE: tuple[Setting, ...] = (
     Setting("memory", None, parse_memory, "memory per job (e.g. 512Mi, 8Gi) unless @meta says otherwise"),
     Setting("gpu", None, parse_count, "GPUs per job unless @meta says otherwise"),
     Setting("workers_per_job", None, positive_count,
-            "pool workers one job runs (default: local, the workers shared among the CPUs; "
-            "else the job's whole cpu request)"),
+            "pool workers one job runs (default: the backend's; local: the workers shared among "
+            "the CPUs; slurm: a node's CPUs; docker, kubernetes: the job's whole cpu request)"),
     Setting("idle_timeout", 0.0, seconds_or_never,
             "seconds a pool may have no work before it lets its workers go and deletes their "
             "jobs; they start again when work comes (0: never)"),

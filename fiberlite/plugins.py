@@ -40,9 +40,11 @@ def _entry_points() -> dict[str, str]:
 
 
 def known_backends() -> dict[str, str]:
-    """Backend names and the ``module:Class`` that implements each."""
-    found = _entry_points()
-    found.update(BUILTIN)
+    """Backend names and the ``module:Class`` that implements each: the built-in ones
+    first (an entry point of the same name does not replace one)."""
+    found = dict(BUILTIN)
+    for name, target in _entry_points().items():
+        found.setdefault(name, target)
     return found
 
 

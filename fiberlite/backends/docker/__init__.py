@@ -3,6 +3,7 @@
 - :mod:`.backend`: ``DockerBackend``, the seam's methods;
 - :mod:`.api`: the engine connection and its errors;
 - :mod:`.spec`: a ``JobSpec`` as container settings;
+- :mod:`.network`: the host's address on a network, what a container uses;
 - :mod:`.watch`: one event stream for every container of the run.
 
 Its settings are declared here (``SETTINGS``); the rest is imported when first used.
