@@ -202,3 +202,18 @@ def test_a_plugin_may_not_declare_a_setting_fiberlite_has(toy_plugin):
     (toy_plugin / "toy_backend.py").write_text(TOY_BACKEND.replace('"toy_queue"', '"namespace"'))
     with pytest.raises(ConfigError, match="backend 'toy' declares the setting 'namespace', which another"):
         config.known_settings(plugins=True)
+
+
+def test_the_built_in_backends_are_the_entry_points_pyproject_registers():
+    """plugins.BUILTIN spares a process the slow read of entry points; it must say what
+    pyproject.toml registers, which is what another package's backend does too."""
+    import os
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from fiberlite.plugins import BUILTIN, GROUP
+    from paths import ROOT
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
+        registered = tomllib.load(file)["project"]["entry-points"][GROUP]
+    assert registered == BUILTIN
