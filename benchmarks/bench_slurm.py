@@ -35,7 +35,8 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, Stats, finish, from_samples, parser, progress, sized  # noqa: E402
+from _common import (Report, Stats, command_hello, finish, first_message, from_samples,  # noqa: E402
+                     parser, progress, sized)
 
 HELLO = "print('hello', flush=True)"
 POLL = 0.005  # seconds between two reads of an sbatch job's output file
@@ -43,10 +44,6 @@ TIMEOUT = 120.0  # seconds one job may take before the benchmark gives up
 
 
 # -- job bodies (module level: multiprocessing's spawn imports them by name) ---------------------
-def say_hello(queue: Any) -> None:
-    queue.put("hello")
-
-
 def nap(seconds: float) -> None:
     time.sleep(seconds)
 
@@ -84,45 +81,11 @@ def sbatch_wrap(repeats: int, warmup: int, folder: str) -> Stats:
 
 def srun(repeats: int, warmup: int) -> tuple[Stats, Stats]:
     """``srun python -c print(...)``: until its first output line, and until it exits."""
-    command = ["srun", "--ntasks=1", "--job-name=bench-srun", sys.executable, "-c", HELLO]
-    first, whole = [], []
-    for i in range(warmup + repeats):
-        start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        line = proc.stdout.readline()
-        got = time.perf_counter()
-        proc.stdout.read()
-        code = proc.wait(TIMEOUT)
-        done = time.perf_counter()
-        if code != 0 or line.strip() != b"hello":
-            raise RuntimeError(f"{' '.join(command)} failed with exit status {code}")
-        if i >= warmup:
-            first.append(got - start)
-            whole.append(done - start)
-    return from_samples(first), from_samples(whole)
+    return command_hello(["srun", "--ntasks=1", "--job-name=bench-srun", sys.executable, "-c", HELLO],
+                         repeats, warmup, TIMEOUT)
 
 
 # -- fiberlite ------------------------------------------------------------------------------------
-def first_message(ctx: Any, repeats: int, warmup: int) -> tuple[Stats, Stats]:
-    """Seconds from start() to the first message, and from start() to join() returning."""
-    queue = ctx.Queue()
-    first, whole = [], []
-    for i in range(warmup + repeats):
-        child = ctx.Process(target=say_hello, args=(queue,))
-        start = time.perf_counter()
-        child.start()
-        queue.get(timeout=TIMEOUT)
-        got = time.perf_counter()
-        child.join(TIMEOUT)
-        done = time.perf_counter()
-        if child.exitcode != 0:
-            raise RuntimeError(f"{child} exited with {child.exitcode}")
-        if i >= warmup:
-            first.append(got - start)
-            whole.append(done - start)
-    return from_samples(first), from_samples(whole)
-
-
 def pool_until_every_worker(ctx: Any, workers: int) -> tuple[Any, float]:
     """A new ``Pool(workers)`` and the seconds until each of its workers ran a task."""
     start = time.perf_counter()
@@ -186,11 +149,11 @@ def main() -> None:
     start.add("srun: first line", srun_first)
     start.add("srun: until it exits", srun_whole)
     progress("measuring fiberlite slurm jobs ...")
-    fl_first, fl_whole = first_message(slurm, repeats, 1)
+    fl_first, fl_whole = first_message(slurm, repeats, 1, TIMEOUT)
     start.add("fiberlite slurm: start() to first message", fl_first)
     start.add("fiberlite slurm: start() + join()", fl_whole)
     progress("measuring fiberlite local jobs ...")
-    local_first, _ = first_message(local, repeats, 1)
+    local_first, _ = first_message(local, repeats, 1, TIMEOUT)
     start.add("fiberlite local: start() to first message", local_first)
 
     pool_start = report.section("pool_start", f"Pool({workers}) until every worker ran a task",
