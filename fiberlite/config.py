@@ -49,17 +49,17 @@ def backend_name(value: Any) -> str:
 
 
 def seconds(value: Any) -> float:
-    seconds = float(value)
-    if seconds <= 0:
+    amount = float(value)
+    if amount <= 0:
         raise ValueError("expected a positive number of seconds")
-    return seconds
+    return amount
 
 
 def seconds_or_never(value: Any) -> float:
-    seconds = float(value)
-    if seconds < 0:
+    amount = float(value)
+    if amount < 0:
         raise ValueError("expected a number of seconds, or 0 for never")
-    return seconds
+    return amount
 
 
 def positive_count(value: Any) -> int:
