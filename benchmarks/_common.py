@@ -169,6 +169,53 @@ def fiberlite_runner(workers: int) -> Runner:
     return pool_runner(FIBERLITE, fiberlite.Pool(workers), workers)
 
 
+# -- starting a job ----------------------------------------------------------------------
+def say_hello(queue: Any) -> None:
+    queue.put("hello")
+
+
+def first_message(ctx: Any, repeats: int, warmup: int, timeout: float = 120.0) -> tuple[Stats, Stats]:
+    """Jobs of ``ctx`` started one at a time: the seconds from ``start()`` until the job's
+    first message on a queue, and until ``join()`` returns."""
+    queue = ctx.Queue()
+    first, whole = [], []
+    for i in range(warmup + repeats):
+        child = ctx.Process(target=say_hello, args=(queue,))
+        start = time.perf_counter()
+        child.start()
+        queue.get(timeout=timeout)
+        got = time.perf_counter()
+        child.join(timeout)
+        done = time.perf_counter()
+        if child.exitcode != 0:
+            raise RuntimeError(f"{child} exited with {child.exitcode}")
+        if i >= warmup:
+            first.append(got - start)
+            whole.append(done - start)
+    return from_samples(first), from_samples(whole)
+
+
+def command_hello(command: list[str], repeats: int, warmup: int, timeout: float = 120.0) -> tuple[Stats, Stats]:
+    """``command`` (which prints ``hello``) run one at a time: the seconds until its first
+    output line, and until it exits."""
+    import subprocess
+    first, whole = [], []
+    for i in range(warmup + repeats):
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        line = proc.stdout.readline()
+        got = time.perf_counter()
+        proc.stdout.read()
+        code = proc.wait(timeout)
+        done = time.perf_counter()
+        if code != 0 or line.strip() != b"hello":
+            raise RuntimeError(f"{' '.join(command)} failed with exit status {code}")
+        if i >= warmup:
+            first.append(got - start)
+            whole.append(done - start)
+    return from_samples(first), from_samples(whole)
+
+
 # -- results -------------------------------------------------------------------------------
 @dataclass
 class Row:

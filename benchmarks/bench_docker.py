@@ -21,66 +21,27 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Report, Stats, finish, from_samples, parser, progress, sized  # noqa: E402
+from _common import (Report, Stats, command_hello, finish, first_message, from_samples,  # noqa: E402
+                     parser, progress, sized)
 
 POOL_SIZE = 5
 
 
 # -- job bodies (module level: multiprocessing's spawn imports them by name) ---------------------
-def say_hello(queue: Any) -> None:
-    queue.put("hello")
-
-
 def nap(seconds: float) -> None:
     time.sleep(seconds)
 
 
 # -- measurements ---------------------------------------------------------------------------------
-def first_message(ctx: Any, repeats: int, warmup: int) -> tuple[Stats, Stats]:
-    """Seconds from start() to the first message, and from start() to join() returning."""
-    queue = ctx.Queue()
-    first, whole = [], []
-    for i in range(warmup + repeats):
-        child = ctx.Process(target=say_hello, args=(queue,))
-        start = time.perf_counter()
-        child.start()
-        queue.get(timeout=120)
-        got = time.perf_counter()
-        child.join(120)
-        done = time.perf_counter()
-        if child.exitcode != 0:
-            raise RuntimeError(f"{child} exited with {child.exitcode}")
-        if i >= warmup:
-            first.append(got - start)
-            whole.append(done - start)
-    return from_samples(first), from_samples(whole)
-
-
 def docker_run(image: str, repeats: int, warmup: int) -> tuple[Stats, Stats]:
     """``docker run --rm --network host`` of the same image: to the first output line, to exit."""
-    command = ["docker", "run", "--rm", "--network", "host", image,
-               "python", "-c", "print('hello', flush=True)"]
-    first, whole = [], []
-    for i in range(warmup + repeats):
-        start = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        line = proc.stdout.readline()
-        got = time.perf_counter()
-        proc.stdout.read()
-        code = proc.wait()
-        done = time.perf_counter()
-        if code != 0 or line.strip() != b"hello":
-            raise RuntimeError(f"{' '.join(command)} failed with exit status {code}")
-        if i >= warmup:
-            first.append(got - start)
-            whole.append(done - start)
-    return from_samples(first), from_samples(whole)
+    return command_hello(["docker", "run", "--rm", "--network", "host", image,
+                          "python", "-c", "print('hello', flush=True)"], repeats, warmup)
 
 
 def pool_overhead(ctx: Any, task: float, repeats: int) -> Stats:

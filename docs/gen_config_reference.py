@@ -1,4 +1,5 @@
-"""Regenerate the settings table of docs/configuration.md from ``fiberlite.config.SETTINGS``.
+"""Regenerate the settings tables of docs/configuration.md: fiberlite's own
+(``fiberlite.config.CORE``), then each built-in backend's (its package's ``SETTINGS``).
 
     python docs/gen_config_reference.py           # rewrite the table in place
     python docs/gen_config_reference.py --check   # exit 1 if the committed table is stale
@@ -20,18 +21,18 @@ END = "<!-- END settings -->"
 
 # what each parser of fiberlite.config accepts, as a user writes it
 KINDS = {
-    "_text": "text",
-    "_backend": "backend name",
-    "_level": "`DEBUG`, `INFO`, `WARNING`, `ERROR`, `CRITICAL`",
-    "_seconds": "seconds (> 0)",
-    "_seconds_or_never": "seconds (>= 0; 0: never)",
-    "_flag": "`true` / `false` (env: `1`/`0`, `yes`/`no`, `on`/`off`)",
+    "text": "text",
+    "backend_name": "backend name",
+    "level": "`DEBUG`, `INFO`, `WARNING`, `ERROR`, `CRITICAL`",
+    "seconds": "seconds (> 0)",
+    "seconds_or_never": "seconds (>= 0; 0: never)",
+    "flag": "`true` / `false` (env: `1`/`0`, `yes`/`no`, `on`/`off`)",
     "parse_cpu": "CPUs: `2`, `0.5`, `500m`",
     "parse_memory": "bytes or `512Mi`, `8Gi`, `1G`",
     "parse_count": "whole number",
     "parse_address": "`host:port`, a port (loopback), or `off`",
-    "_positive_count": "whole number (>= 1)",
-    "_working_dir": "a directory, or `off`",
+    "positive_count": "whole number (>= 1)",
+    "working_dir": "a directory, or `off`",
 }
 
 
@@ -51,24 +52,36 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def table() -> str:
-    """The Markdown table of every setting, in the order ``SETTINGS`` lists them."""
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
-    from fiberlite.config import SETTINGS
+def _rows(settings) -> list[str]:
     from fiberlite.units import format_memory
-
     rows = ["| setting | environment variable | default | value | meaning |",
             "| --- | --- | --- | --- | --- |"]
-    for name, setting in SETTINGS.items():
+    for setting in settings:
         parser_name = getattr(setting.parse, "__name__", "")
         kind = KINDS.get(parser_name, "value")
         default = setting.default
         if parser_name == "parse_memory" and isinstance(default, int):
             default = format_memory(default)  # a size as it is written: 32Mi
-        rows.append(f"| `{name}` | `FIBERLITE_{name.upper()}` | {_default(default)} "
+        rows.append(f"| `{setting.name}` | `{setting.env}` | {_default(default)} "
                     f"| {_cell(kind)} | {_cell(setting.help)} |")
-    return "\n".join(rows)
+    return rows
+
+
+def table() -> str:
+    """The Markdown tables of every setting: fiberlite's own, then each built-in
+    backend's that declares any, in the order they are declared."""
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    from fiberlite.config import CORE
+    from fiberlite.plugins import declared_settings
+
+    lines = _rows(CORE)
+    for backend, settings in declared_settings():
+        if settings:
+            lines += ["", f"The {backend} backend's settings "
+                          f"(declared in `fiberlite/backends/{backend}/__init__.py`):", ""]
+            lines += _rows(settings)
+    return "\n".join(lines)
 
 
 def render(page: str) -> str:

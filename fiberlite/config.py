@@ -1,6 +1,13 @@
 """Settings: one name per setting, used in the config file, as ``FIBERLITE_<NAME>`` in
 the environment, and as a keyword in code.
 
+fiberlite's own settings are listed here (:data:`CORE`); a backend declares its own in
+its package (``SETTINGS``, see :mod:`fiberlite.plugins`), and they are collected when
+settings are first needed: the built-in backends' always, a plugin backend's once its
+entry point is read (when the ``backend`` setting names it, or a name is not otherwise
+known). The value kinds below (:func:`text`, :func:`flag`, :func:`seconds`...) are what
+a backend's settings are parsed with.
+
 Precedence, lowest first: defaults < config file < environment < :func:`init` in code.
 The config file is ``$FIBERLITE_CONFIG`` if set, else ``.fiberlite.toml`` in the
 working directory (TOML, one top-level key per setting). Child jobs receive their
@@ -15,47 +22,47 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ConfigError
+from .plugins import BUILTIN, backend_target, declared_settings, known_backends
 from .units import parse_count, parse_cpu, parse_memory
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def _text(value: Any) -> str:
+def text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("expected a non-empty string")
     return value.strip()
 
 
-def _level(value: Any) -> str:
-    level = str(value).strip().upper()
-    if level not in _LEVELS:
+def level(value: Any) -> str:
+    name = str(value).strip().upper()
+    if name not in _LEVELS:
         raise ValueError(f"expected one of {', '.join(_LEVELS)}")
-    return level
+    return name
 
 
-def _backend(value: Any) -> str:
-    from .backends import backend_target, known_backends
-    name = _text(value).lower()
+def backend_name(value: Any) -> str:
+    name = text(value).lower()
     if backend_target(name) is None:
         raise ValueError(f"unknown backend; available: {', '.join(sorted(known_backends()))}")
     return name
 
 
-def _seconds(value: Any) -> float:
-    seconds = float(value)
-    if seconds <= 0:
+def seconds(value: Any) -> float:
+    amount = float(value)
+    if amount <= 0:
         raise ValueError("expected a positive number of seconds")
-    return seconds
+    return amount
 
 
-def _seconds_or_never(value: Any) -> float:
-    seconds = float(value)
-    if seconds < 0:
+def seconds_or_never(value: Any) -> float:
+    amount = float(value)
+    if amount < 0:
         raise ValueError("expected a number of seconds, or 0 for never")
-    return seconds
+    return amount
 
 
-def _positive_count(value: Any) -> int:
+def positive_count(value: Any) -> int:
     count = parse_count(value)
     if count < 1:
         raise ValueError("expected a whole number of at least 1")
@@ -80,16 +87,16 @@ def parse_address(value: Any) -> tuple[str, int] | None:
     return host, number
 
 
-def _working_dir(value: Any) -> str | bool | None:
+def working_dir(value: Any) -> str | bool | None:
     """A directory, or ``off`` (False); ``on`` is the default (None: the current one)."""
     if value is False or str(value).strip().lower() in ("off", "false", "no", "0"):
         return False
     if value is True or str(value).strip().lower() in ("on", "true", "yes", "1"):
         return None
-    return _text(value)
+    return text(value)
 
 
-def _flag(value: Any) -> bool:
+def flag(value: Any) -> bool:
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -102,29 +109,28 @@ def _flag(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting: its ``name`` (a key of the config file and of :func:`init`), its
+    ``default``, ``parse`` (a value as given, text from the environment included, to
+    the value used; ValueError or TypeError saying what is expected) and ``help``."""
+
     name: str
     default: Any
     parse: Callable[[Any], Any]
     help: str
 
+    @property
+    def env(self) -> str:
+        """Its environment variable."""
+        return "FIBERLITE_" + self.name.upper()
 
-SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("backend", "local", _backend, "where jobs run: local, docker, kubernetes, slurm (or a plugin)"),
-    Setting("image", None, _text, "container image for jobs (default: the parent's own image)"),
-    Setting("docker_network", "host", _text, "Docker network for job containers: host or a network name"),
-    Setting("namespace", None, _text, "Kubernetes namespace (default: the pod's own, else 'default')"),
-    Setting("kubeconfig", None, _text, "kubeconfig file when running outside a cluster"),
-    Setting("slurm_partition", None, _text, "Slurm partition for jobs (default: the cluster's default)"),
-    Setting("slurm_account", None, _text, "Slurm account jobs are charged to (sbatch --account)"),
-    Setting("slurm_qos", None, _text, "Slurm quality of service for jobs (sbatch --qos)"),
-    Setting("slurm_time", None, _text, "Slurm time limit per job, as sbatch --time takes it (e.g. 1:00:00)"),
-    Setting("slurm_options", None, _text, "more sbatch options for every job, as on a command line "
-            "(e.g. '--constraint=skylake --exclusive')"),
-    Setting("slurm_dir", None, _text, "directory, seen by every node, for Slurm jobs' output and key "
-            "files (default: ~/.local/state/fiberlite/slurm)"),
-    Setting("log_level", "WARNING", _level, "logging level of fiberlite's logger"),
-    Setting("listen_host", None, _text, "address other jobs use to reach this process (default: from the backend)"),
-    Setting("working_dir", None, _working_dir,
+
+#: fiberlite's own settings; the backends' are declared in their packages
+CORE: tuple[Setting, ...] = (
+    Setting("backend", "local", backend_name, "where jobs run: local, docker, kubernetes, slurm (or a plugin)"),
+    Setting("image", None, text, "container image for jobs (default: the parent's own image)"),
+    Setting("log_level", "WARNING", level, "logging level of fiberlite's logger"),
+    Setting("listen_host", None, text, "address other jobs use to reach this process (default: from the backend)"),
+    Setting("working_dir", None, working_dir,
             "the directory jobs run in, sent with them where they cannot see it (a pod, a "
             "remote Docker engine) and mounted where they can (default: the current "
             "directory; off: jobs run in their image's)"),
@@ -133,37 +139,36 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("cpu", None, parse_cpu, "CPUs requested per job unless @meta says otherwise"),
     Setting("memory", None, parse_memory, "memory per job (e.g. 512Mi, 8Gi) unless @meta says otherwise"),
     Setting("gpu", None, parse_count, "GPUs per job unless @meta says otherwise"),
-    Setting("workers_per_job", None, _positive_count,
-            "pool workers one job runs (default: local, the workers shared among the CPUs; "
-            "else the job's whole cpu request)"),
-    Setting("idle_timeout", 0.0, _seconds_or_never,
+    Setting("workers_per_job", None, positive_count,
+            "pool workers one job runs (default: the backend's; local: the workers shared among "
+            "the CPUs; slurm: a node's CPUs; docker, kubernetes: the job's whole cpu request)"),
+    Setting("idle_timeout", 0.0, seconds_or_never,
             "seconds a pool may have no work before it lets its workers go and deletes their "
             "jobs; they start again when work comes (0: never)"),
-    Setting("start_timeout", 300.0, _seconds, "seconds a job may take to start before it counts as failed"),
-    Setting("mount_working_dir", True, _flag,
-            "docker: bind-mount working_dir into job containers when the engine runs on this "
-            "machine (false: send a copy, as to a remote engine)"),
-    Setting("tls", False, _flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),
-    Setting("share_machine", True, _flag,
+    Setting("start_timeout", 300.0, seconds, "seconds a job may take to start before it counts as failed"),
+    Setting("tls", False, flag, "encrypt the traffic between jobs with TLS keyed by the run's key"),
+    Setting("share_machine", True, flag,
             "jobs on their creator's machine map its Value, Array and locks and link its queues "
             "and pipes over Unix sockets (off: through its hub, as jobs on other machines do)"),
-    Setting("peer_timeout", 10.0, _seconds_or_never,
+    Setting("peer_timeout", 10.0, seconds_or_never,
             "seconds a connection's other end may stay silent (a machine gone, a network cut, a "
             "frozen process) before it is given up: a job then exits, a parent treats the job as "
             "lost and kills it (0: never)"),
     Setting("dashboard", None, parse_address,
             "serve the run's live page at host:port (a port alone: on loopback; 0: any free port; "
             "off: none)"),
-    Setting("auth_timeout", 10.0, _seconds,
+    Setting("auth_timeout", 10.0, seconds,
             "seconds a connection may take to prove it holds the run's key before it is closed"),
-    Setting("auth_pending_limit", 256, _positive_count,
+    Setting("auth_pending_limit", 256, positive_count,
             "connections that have not yet proved the key kept open at once, per listening socket"),
-)}
+)
 
 # settings that describe one job and are not handed down to its children
 _PER_JOB = ("listen_host", "dashboard")
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # a backend's package, imported for its settings, may read settings
+_table: dict[str, Setting] | None = None  # every setting known: CORE and the backends'
+_table_has_plugins = False  # the entry points' backends were asked for their settings
 _overrides: dict[str, Any] = {}
 _inherited: dict[str, Any] | None = None
 _resolved: dict[str, Any] | None = None
@@ -173,16 +178,53 @@ _resolved: dict[str, Any] | None = None
 RENAMED = {"parent_timeout": "peer_timeout"}
 
 
+def _collect(plugins: bool) -> dict[str, Setting]:
+    table = {s.name: s for s in CORE}
+    for backend, declared in declared_settings(plugins):
+        for setting in declared:
+            if not isinstance(setting, Setting):
+                raise ConfigError(f"the backend {backend!r} declares {setting!r} as a setting: "
+                                  "its SETTINGS must hold fiberlite.config.Setting objects")
+            if setting.name in table or setting.name in RENAMED:
+                raise ConfigError(f"the backend {backend!r} declares the setting {setting.name!r}, "
+                                  "which another part of fiberlite already has: rename it")
+            table[setting.name] = setting
+    return table
+
+
+def known_settings(plugins: bool = False) -> dict[str, Setting]:
+    """Every setting known: fiberlite's own and the built-in backends' (and, with
+    ``plugins`` or once they were read, the entry points' backends'), by name."""
+    global _table, _table_has_plugins
+    with _lock:
+        if _table is None or (plugins and not _table_has_plugins):
+            wanted = plugins or _table_has_plugins
+            _table, _table_has_plugins = _collect(wanted), wanted
+        return _table
+
+
+def _setting(name: str) -> Setting | None:
+    """The setting ``name``; a name not built in makes the entry points' backends declare theirs."""
+    return known_settings().get(name) or known_settings(plugins=True).get(name)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SETTINGS":  # every setting known now (see known_settings)
+        return known_settings()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _unknown(name: str, source: str = "") -> ConfigError:
     where = f" ({source})" if source else ""
     if name in RENAMED:
         return ConfigError(f"the setting {name!r}{where} is now {RENAMED[name]!r} (it covers both "
                            "sides of every connection): use that name")
-    return ConfigError(f"unknown setting {name!r}{where}; known settings: {', '.join(SETTINGS)}")
+    known = ", ".join(known_settings(plugins=True))
+    return ConfigError(f"unknown setting {name!r}{where}; known settings: {known}")
 
 
 def _check(name: str, value: Any, source: str) -> Any:
-    setting = SETTINGS.get(name)
+    setting = _setting(name)
     if setting is None:
         raise _unknown(name, source)
     if value is None:
@@ -216,18 +258,22 @@ def _read_file(path: str) -> dict[str, Any]:
 
 
 def _resolve() -> dict[str, Any]:
-    values = {name: s.default for name, s in SETTINGS.items()}
+    table = known_settings()
+    values = {name: s.default for name, s in table.items()}
     if _inherited is not None:
         values.update(_inherited)
     else:
         path = config_file()
         if path:
             values.update(_read_file(path))
-    for name in SETTINGS:
-        env = os.environ.get("FIBERLITE_" + name.upper())
+    for name, setting in table.items():
+        env = os.environ.get(setting.env)
         if env is not None and env != "":
-            values[name] = _check(name, env, f"environment variable FIBERLITE_{name.upper()}")
+            values[name] = _check(name, env, f"environment variable {setting.env}")
     values.update(_overrides)
+    if values["backend"] not in BUILTIN and not _table_has_plugins:
+        known_settings(plugins=True)  # a plugin backend: its settings too
+        return _resolve()
     return values
 
 
@@ -242,9 +288,15 @@ def settings() -> dict[str, Any]:
 
 
 def get(name: str) -> Any:
-    if name not in SETTINGS:
+    global _resolved
+    if _setting(name) is None:
         raise _unknown(name)
-    return settings()[name]
+    values = settings()
+    if name not in values:  # declared by a plugin backend read since the last resolution
+        with _lock:
+            _resolved = None
+        values = settings()
+    return values[name]
 
 
 def init(**kwargs: Any) -> dict[str, Any]:
@@ -261,6 +313,6 @@ def adopt(values: dict[str, Any]) -> None:
     """Take the resolved settings a parent job handed down (child side)."""
     global _inherited, _resolved
     with _lock:
-        _inherited = {k: v for k, v in values.items() if k in SETTINGS and k not in _PER_JOB}
+        _inherited = {k: v for k, v in values.items() if k not in _PER_JOB and _setting(k) is not None}
         _overrides.clear()
         _resolved = None

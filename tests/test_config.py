@@ -96,3 +96,124 @@ def test_meta_validates_and_attaches():
 def test_unknown_backend_in_context_is_clear():
     with pytest.raises(ValueError, match="available|backend"):
         fiberlite.get_context("no-such-backend")
+
+
+# -- settings a backend declares ----------------------------------------------------------------
+TOY_BACKEND = '''
+from fiberlite.config import Setting, positive_count, text
+from fiberlite.backends.local.backend import LocalBackend
+
+SETTINGS = (
+    Setting("toy_queue", "default", text, "the toy cluster's queue"),
+    Setting("toy_slots", 2, positive_count, "slots per toy job"),
+)
+
+
+class ToyBackend(LocalBackend):
+    name = "toy"
+
+    def workers_per_job(self, processes, cpu):
+        from fiberlite import config
+        return config.get("toy_slots")
+'''
+
+
+@pytest.fixture
+def toy_plugin(fresh_config, monkeypatch):
+    """A backend of another package, ``toy``, found through its entry point."""
+    import sys
+    from fiberlite import backends, plugins
+    (fresh_config / "toy_backend.py").write_text(TOY_BACKEND)
+    monkeypatch.delitem(sys.modules, "toy_backend", raising=False)
+    monkeypatch.delitem(backends._instances, "toy", raising=False)
+    monkeypatch.syspath_prepend(str(fresh_config))
+    monkeypatch.setattr(plugins, "_entry_points", lambda: {"toy": "toy_backend:ToyBackend"})
+    monkeypatch.setattr(config, "_table", None)
+    monkeypatch.setattr(config, "_table_has_plugins", False)
+    for name in ("TOY_QUEUE", "TOY_SLOTS"):
+        monkeypatch.delenv("FIBERLITE_" + name, raising=False)
+    yield fresh_config
+    config._table = None  # the toy's settings go with it
+    sys.modules.pop("toy_backend", None)
+    backends._instances.pop("toy", None)
+
+
+def test_the_built_in_backends_declare_their_settings_in_their_packages():
+    import importlib
+    owners = {"docker": ("docker_network", "mount_working_dir"), "kubernetes": ("namespace", "kubeconfig"),
+              "slurm": ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "slurm_options",
+                        "slurm_dir")}
+    core = {s.name for s in config.CORE}
+    for backend, names in owners.items():
+        package = importlib.import_module(f"fiberlite.backends.{backend}")
+        assert tuple(s.name for s in package.SETTINGS) == names
+        assert core.isdisjoint(names) and set(names) <= set(config.SETTINGS)
+
+
+def test_backend_settings_work_as_every_other(fresh_config, monkeypatch):
+    (fresh_config / ".fiberlite.toml").write_text('slurm_partition = "gpu"\ndocker_network = "bridge"\n')
+    monkeypatch.setenv("FIBERLITE_SLURM_QOS", "high")
+    assert (config.get("slurm_partition"), config.get("slurm_qos")) == ("gpu", "high")
+    assert config.get("docker_network") == "bridge" and config.get("mount_working_dir") is True
+    monkeypatch.setenv("FIBERLITE_MOUNT_WORKING_DIR", "maybe")
+    config._resolved = None
+    with pytest.raises(ConfigError, match="'mount_working_dir' .*FIBERLITE_MOUNT_WORKING_DIR.*true or false"):
+        config.settings()
+    with pytest.raises(ConfigError, match="unknown setting 'slurm_partiton'.*slurm_partition"):
+        fiberlite.init(slurm_partiton="x")
+
+
+def test_reading_settings_imports_no_backend_but_their_settings():
+    from interpreters import run_python
+    done = run_python("-c", "import sys, fiberlite; fiberlite.config.settings(); "
+                            "print(sorted(m for m in sys.modules if m.startswith('fiberlite.backends.')))",
+                      timeout=60, clean=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["['fiberlite.backends.base',", "'fiberlite.backends.docker',",
+                                   "'fiberlite.backends.kubernetes',", "'fiberlite.backends.local',",
+                                   "'fiberlite.backends.slurm']"]
+
+
+def test_a_plugin_backend_declares_settings_read_when_it_is_chosen(toy_plugin, monkeypatch):
+    assert "toy_queue" not in config.SETTINGS  # entry points are not read for built-in backends
+    monkeypatch.setenv("FIBERLITE_BACKEND", "toy")
+    monkeypatch.setenv("FIBERLITE_TOY_QUEUE", "short")
+    assert config.get("backend") == "toy" and config.get("toy_queue") == "short"
+    assert config.get("toy_slots") == 2
+    monkeypatch.setenv("FIBERLITE_TOY_SLOTS", "0")
+    config._resolved = None
+    with pytest.raises(ConfigError, match="'toy_slots' .*FIBERLITE_TOY_SLOTS.*at least 1"):
+        config.settings()
+
+
+def test_a_plugin_setting_named_in_code_or_file_is_found(toy_plugin):
+    fiberlite.init(toy_slots=5)  # backend still local: the name makes the entry points be read
+    assert config.get("toy_slots") == 5 and config.get("toy_queue") == "default"
+    from fiberlite.pool.packing import workers_per_job
+    toy = type("ToyProcess", (), {"_backend_name": "toy"})
+    assert workers_per_job(12, toy) == 5 and workers_per_job(3, toy) == 3  # the backend says, up to the pool
+    with pytest.raises(ConfigError, match="unknown setting 'toy_colour'.*toy_queue, toy_slots"):
+        config.get("toy_colour")
+    config.adopt({"toy_queue": "long", "backend": "local"})
+    assert config.get("toy_queue") == "long"
+
+
+def test_a_plugin_may_not_declare_a_setting_fiberlite_has(toy_plugin):
+    (toy_plugin / "toy_backend.py").write_text(TOY_BACKEND.replace('"toy_queue"', '"namespace"'))
+    with pytest.raises(ConfigError, match="backend 'toy' declares the setting 'namespace', which another"):
+        config.known_settings(plugins=True)
+
+
+def test_the_built_in_backends_are_the_entry_points_pyproject_registers():
+    """plugins.BUILTIN spares a process the slow read of entry points; it must say what
+    pyproject.toml registers, which is what another package's backend does too."""
+    import os
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    from fiberlite.plugins import BUILTIN, GROUP
+    from paths import ROOT
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as file:
+        registered = tomllib.load(file)["project"]["entry-points"][GROUP]
+    assert registered == BUILTIN

@@ -1,45 +1,19 @@
 """Backends by name: the built-in ones and any registered under the
-``fiberlite.backends`` entry-point group by another package."""
+``fiberlite.backends`` entry-point group by another package (the names: :mod:`fiberlite.plugins`)."""
 from __future__ import annotations
 
 import importlib
 import threading
 
 from ..errors import ConfigError
+from ..plugins import backend_target, known_backends
 from .base import Backend, Job, JobSpec, JobState, TreeArchive
 
 __all__ = ["Backend", "Job", "JobSpec", "JobState", "TreeArchive", "get_backend", "known_backends",
-           "close_all"]
+           "close_all", "backend_target"]
 
-_BUILTIN = {
-    "local": "fiberlite.backends.local:LocalBackend",
-    "docker": "fiberlite.backends.docker:DockerBackend",
-    "kubernetes": "fiberlite.backends.kubernetes:KubernetesBackend",
-    "slurm": "fiberlite.backends.slurm:SlurmBackend",
-}
 _instances: dict[str, Backend] = {}
 _lock = threading.Lock()
-
-
-def _entry_points() -> dict[str, str]:
-    from importlib import metadata  # only when a name is not built in: it is slow to import
-    try:
-        eps = metadata.entry_points(group="fiberlite.backends")
-    except Exception:
-        return {}
-    return {ep.name: ep.value for ep in eps}
-
-
-def known_backends() -> dict[str, str]:
-    """Backend names and the ``module:Class`` that implements each."""
-    found = _entry_points()
-    found.update(_BUILTIN)
-    return found
-
-
-def backend_target(name: str) -> str | None:
-    """The ``module:Class`` of backend ``name`` (entry points read only when not built in)."""
-    return _BUILTIN.get(name) or _entry_points().get(name)
 
 
 def get_backend(name: str) -> Backend:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import abc
 import codecs
 import enum
+import importlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from ..errors import ConfigError
 
 # labels on every job of a run (``JobSpec.labels``): backends find a run's jobs by them
 RUN_LABEL = "fiberlite/run"
@@ -73,6 +76,12 @@ class JobSpec:
     waits_for_capacity: bool = False
     # the working directory to start in, for a backend whose ``delivers_tree`` is true
     tree: TreeArchive | None = None
+    # the pool workers the job runs (a pool host's count; 1 for any other job): a backend
+    # may size the job by it (Slurm asks for a CPU per worker when ``cpu`` is unset)
+    workers: int = 1
+    # options for this job that only some backends take (``Backend.job_options``), such as
+    # kubernetes' ``service_account``; a backend refuses one it does not take
+    options: dict[str, str] = field(default_factory=dict)
 
 
 class JobState(enum.Enum):
@@ -100,10 +109,14 @@ class Backend(abc.ABC):
     name: str = "abstract"
     # create_job puts ``JobSpec.tree`` in the job (see TREE_PARTS_ENV)
     delivers_tree: bool = False
+    # the ``JobSpec.options`` this backend takes: name -> what it does
+    job_options: Mapping[str, str] = {}
 
     @abc.abstractmethod
     def create_job(self, spec: JobSpec) -> Job:
-        """Start a job; raise :class:`~fiberlite.errors.BackendError` with a fix when it cannot."""
+        """Start a job; raise :class:`~fiberlite.errors.BackendError` with a fix when it
+        cannot, and :class:`~fiberlite.errors.ConfigError` for an option it does not take
+        (:meth:`check_options`)."""
 
     @abc.abstractmethod
     def status(self, job: Job) -> JobState:
@@ -135,6 +148,32 @@ class Backend(abc.ABC):
         """Raise :class:`~fiberlite.errors.BackendError` now if no job could be created
         (no daemon, no cluster configuration...), before anything is sent anywhere."""
 
+    def check_options(self, spec: JobSpec) -> None:
+        """Raise ConfigError, in one line, if ``spec`` has an option this backend does not take."""
+        unknown = sorted(set(spec.options) - set(self.job_options))
+        if unknown:
+            takes = ", ".join(sorted(self.job_options)) or "none"
+            raise ConfigError(f"the {self.name} backend does not take the job option {unknown[0]!r} "
+                              f"(the options it takes: {takes})")
+
+    def workers_per_job(self, processes: int, cpu: float | None) -> int:
+        """How many of a pool's ``processes`` workers one job runs when the
+        ``workers_per_job`` setting is unset; ``cpu``: what each job asks for (setting
+        ``cpu``), if anything. By default a job runs a worker per CPU it asks for (a pod
+        with ``cpu=16`` runs 16), and one when it asks for none."""
+        return max(1, int(cpu or 1))
+
+    def sample(self, job: Job, forked: Sequence[int] = ()) -> tuple[float, int] | None:
+        """The CPU seconds the job used so far and the bytes it holds in memory now, for
+        the run's page; ``forked``: the pids, as the job sees them, of the pool workers it
+        forked. None when this backend cannot measure its jobs (the default)."""
+        return None
+
+    def location(self, job: Job) -> str | None:
+        """Where the job runs (a machine, a node, a container), for the run's page; None
+        when the backend does not know."""
+        return None
+
     def sentinel(self, job: Job) -> int | None:
         """A file descriptor that becomes readable when the job ends, if the backend has one."""
         return None
@@ -165,6 +204,17 @@ class Backend(abc.ABC):
         until the job ends. Raise :class:`LookupError` when the backend does not know
         the job (so that a caller can try another backend)."""
         raise NotImplementedError(f"the {self.name} backend keeps no logs")
+
+
+def lazy_exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
+    """A ``__getattr__`` for a backend's package: each of ``names`` is imported from its
+    submodule (e.g. ``{"SlurmBackend": ".backend"}``) when first asked for, so that
+    reading the package's ``SETTINGS`` imports nothing else."""
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(names[name], package), name)
+    return __getattr__
 
 
 def decode_stream(chunks: Iterable[bytes]) -> Iterator[str]:

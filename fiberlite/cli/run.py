@@ -77,7 +77,11 @@ def add_parser(commands) -> None:
                    help="mount SRC (a host path for docker; a PVC name for kubernetes) at DST "
                         "(repeatable)")
     p.add_argument("--service-account", metavar="NAME",
-                   help="kubernetes: service account of the master pod (see docs/kubernetes/rbac.yaml)")
+                   help="kubernetes: service account of the master pod (see docs/kubernetes/rbac.yaml); "
+                        "the same as --option service_account=NAME")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", type=_pair("=", "KEY=VALUE"),
+                   help="an option of the master job that its backend takes (repeatable); a "
+                        "backend refuses one it does not know, naming those it takes")
     p.add_argument("--dashboard", metavar="[HOST:]PORT", type=_argtype(config.parse_address, "address"),
                    help="the master serves the run's live page there (setting dashboard; a port "
                         "alone: loopback; on kubernetes, how to open it is printed)")
@@ -112,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
             raise CliError("--build needs --image (the tag to build)", 2)
         build_image(args.image)
     target = backend(name)
+    target.check_options(JobSpec(command=[], options=job_options(args)))  # before anything starts
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if name == "local":
@@ -131,6 +136,15 @@ def main(args: argparse.Namespace) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def job_options(args: argparse.Namespace) -> dict[str, str]:
+    """The master job's backend options: ``--option KEY=VALUE``, and the flags that stand
+    for one (``--service-account``)."""
+    options = dict(args.option)
+    if args.service_account:
+        options["service_account"] = args.service_account
+    return options
 
 
 def exit_status(code: int) -> int:
@@ -227,13 +241,9 @@ def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, 
     env.update(dict(args.env))
     spec = JobSpec(command=command, name=job_name, image=image, env=env, tree=tree,
                    cpu=args.cpu, memory=args.memory, gpu=args.gpu, volumes=dict(args.volume),
-                   labels={"fiberlite/run": run_id, "fiberlite/job": job_name, "fiberlite/parent": "cli"})
-    if args.service_account and name == "kubernetes":
-        job = target.create_job(spec, service_account=args.service_account)
-    else:
-        if args.service_account:
-            sys.stderr.write("fiberlite: --service-account applies to kubernetes only; ignored\n")
-        job = target.create_job(spec)
+                   labels={"fiberlite/run": run_id, "fiberlite/job": job_name, "fiberlite/parent": "cli"},
+                   options=job_options(args))
+    job = target.create_job(spec)  # an option the backend does not take: a ConfigError, one line
     forward = None
     if args.dashboard and name == "kubernetes":
         sys.stderr.write(kubernetes_hint(target, job.id, args.dashboard))

@@ -92,7 +92,6 @@ class Monitor:
         self._wake.set()
         self.followers.end_all()
         self._thread.join(timeout=5)
-        self.meter.close()
 
     def _loop(self) -> None:
         next_tick = next_progress = 0.0

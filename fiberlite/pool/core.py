@@ -240,6 +240,7 @@ class Core:
             target=host_main, name=f"PoolHost-{hid}", daemon=True,
             args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
         process._waits_for_capacity = True  # the pool works with the jobs that start
+        process._hosted_workers = count  # JobSpec.workers: a backend may size the job by it
         try:
             process.start()
         except BaseException:

@@ -136,6 +136,7 @@ def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> Job
         labels={"fiberlite/run": run, "fiberlite/job": name, "fiberlite/parent": parent},
         cwd=os.getcwd(),
         waits_for_capacity=bool(getattr(process, "_waits_for_capacity", False)),
+        workers=int(getattr(process, "_hosted_workers", 1)),
     )
 
 

@@ -476,7 +476,7 @@ def test_fiberlite_run_on_kubernetes(kube, tmp_path, capfd):
     script = tmp_path / "master.py"
     script.write_text(RUN_SCRIPT)
     status = main(["run", "--backend", "kubernetes", "--kubeconfig", str(kube.kubeconfig_path),
-                   "--namespace", NS, "--image", IMAGE, "--cpu", "1",
+                   "--namespace", NS, "--image", IMAGE, "--cpu", "1", "--service-account", "runner",
                    # the double's pods are not in a cluster: give the master the kubeconfig
                    "--env", f"FIBERLITE_KUBECONFIG={kube.kubeconfig_path}",
                    # the local runner's pods see this machine: the script is "in the image"
@@ -488,6 +488,9 @@ def test_fiberlite_run_on_kubernetes(kube, tmp_path, capfd):
     pods = {r.body["metadata"]["name"]: r.body for r in posts(kube.server, "pods")}
     master = pods.pop(master_name)
     assert master["spec"]["containers"][0]["command"] == ["python", str(script)]
+    # the job option travelled through the seam; the master's jobs run as the same account
+    assert master["spec"]["serviceAccountName"] == "runner"
+    assert {p["spec"].get("serviceAccountName") for p in pods.values()} == {"runner"}
     assert master["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1"}
     env = {e["name"]: e.get("value") for e in master["spec"]["containers"][0]["env"]}
     assert env["FIBERLITE_BACKEND"] == "kubernetes" and env["FIBERLITE_IMAGE"] == IMAGE

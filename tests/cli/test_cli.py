@@ -133,6 +133,12 @@ def test_run_usage_errors(cli):
     assert done.returncode == 2 and "invalid choice" in done.stderr
     done = cli("run", "--build", "script.py")
     assert done.returncode == 2 and "--build needs --image" in done.stderr
+    # a backend option the backend does not take: one line, before anything starts
+    for option in (["--service-account", "runner"], ["--option", "service_account=runner"]):
+        done = cli("run", *option, "script.py")
+        assert done.returncode == 1 and done.stdout == "", done.stderr
+        assert done.stderr == ("fiberlite: error: the local backend does not take the job option "
+                               "'service_account' (the options it takes: none)\n")
 
 
 def _wait_for_pids(proc) -> tuple[str, list[int]]:

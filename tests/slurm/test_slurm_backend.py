@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import textwrap
 
@@ -78,6 +79,29 @@ def test_pool_packs_workers_into_jobs_and_maps_exactly(slurm):
         hosts = [r for r in run_jobs() if not r.ended]
         assert len(hosts) == 2, hosts
         assert all(r.state == "RUNNING" for r in hosts)
+
+
+def job_cpus(rows: list[commands.Row]) -> list[int]:
+    """The CPUs Slurm gave each of ``rows``' jobs, largest first."""
+    out = commands.run(["squeue", "--noheader", "--states=all", "--format=%C",
+                        "--jobs=" + ",".join(r.id for r in rows)], "squeue")
+    return sorted((int(n) for n in out.split()), reverse=True)
+
+
+def test_a_pool_fills_nodes_by_default_not_a_job_per_worker(slurm):
+    node_cpus = commands.node_cpus(None)
+    assert node_cpus == commands.node_cpus("debug") == 8  # .ci/slurm_setup.sh's node
+    assert commands.node_cpus("no-such-partition") is None
+    workers = node_cpus + 4
+    before = {r.id for r in run_jobs()}  # this run's earlier tests' jobs
+    with slurm.Pool(workers) as pool:  # no cpu, no workers_per_job
+        assert pool.map(jobs.slow_square, range(60), chunksize=2) == [(x, x * x) for x in range(60)]
+        hosts = [r for r in run_jobs() if r.id not in before]
+        # 12 workers: a job of 8 (a whole node, 8 CPUs) and one of 4, not 12 jobs; the
+        # second waits for room while the pool works with the first
+        assert len(hosts) == 2 and job_cpus(hosts) == [node_cpus, 4], hosts
+        running = [p for p in pool._core.procs.values() if p._popen.backend.status(p._popen.job).value == "running"]
+        assert {p._popen.backend.location(p._popen.job) for p in running} == {socket.gethostname().split(".")[0]}
 
 
 def test_pool_host_cancelled_mid_map_loses_nothing(slurm):

@@ -20,7 +20,6 @@
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
@@ -29,7 +28,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from ... import config
 from ...errors import BackendError
@@ -39,6 +38,7 @@ from ..base import (JOB_LABEL, RUN_LABEL, WATCHED_LABELS, Backend, Job, JobSpec,
                     decode_stream, exit_code)
 from .api import (CONTAINER_ENV, OwnContainer, api_error, connect, container_candidates,
                   own_container, status_of)
+from .network import container_usage, gateway
 from .watch import EventWatcher, OutputPump
 
 log = logging.getLogger("fiberlite.docker")
@@ -153,24 +153,11 @@ class DockerBackend(Backend):
 
     def _gateway(self, network: str) -> str:
         """The host's address on Docker network ``network`` (a BackendError if it has none)."""
-        attrs = self._network(network)
-        gateway = None
-        for pool in (attrs.get("IPAM") or {}).get("Config") or []:
-            gateway = (pool.get("Gateway") or "").split("/")[0] or None
-            if gateway is None and pool.get("Subnet") and ":" not in pool["Subnet"]:
-                gateway = str(next(ipaddress.ip_network(pool["Subnet"], strict=False).hosts()))
-            if gateway:
-                break
-        if not gateway or attrs.get("Internal"):
-            raise BackendError(
-                f"Docker network {network!r} has no gateway to this host (driver "
-                f"{attrs.get('Driver')!r}{', internal' if attrs.get('Internal') else ''}): "
-                "use a bridge network, run this script in a container on that network, "
-                "or set docker_network=host")
-        return gateway
+        return gateway(self._network(network), network)
 
     # -- creating jobs ---------------------------------------------------------------------
     def create_job(self, spec: JobSpec) -> Job:
+        self.check_options(spec)
         api = self._client()
         own = self.own_container()
         image = spec.image or (own.image if own is not None else None)
@@ -367,6 +354,13 @@ class DockerBackend(Backend):
             if status_of(exc) in (404, 409):  # gone, or not running any more
                 return
             raise api_error(exc, f"stop the container of job {cj.name}") from None
+
+    def sample(self, job: Job, forked: Sequence[int] = ()) -> tuple[float, int] | None:
+        """From one engine stats call (a container's figures include what it forked)."""
+        return container_usage(self._client(), job.id)
+
+    def location(self, job: Job) -> str | None:
+        return f"{socket.gethostname()} (container {job.id[:12]})"
 
     def logs(self, job: Job) -> str:
         cj: ContainerJob = job.handle

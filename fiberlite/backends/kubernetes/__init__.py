@@ -7,8 +7,24 @@
 - :mod:`.pods`: a ``JobSpec`` as a pod and its secret;
 - :mod:`.status`: what a pod's status means for its job;
 - :mod:`.watch`: one watch for every pod of the run.
+
+Its settings are declared here (``SETTINGS``); the rest is imported when first used.
 """
-from .backend import KubernetesBackend
-from .session import PodJob
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...config import Setting, text
+from ..base import lazy_exports
+
+SETTINGS = (
+    Setting("namespace", None, text, "Kubernetes namespace (default: the pod's own, else 'default')"),
+    Setting("kubeconfig", None, text, "kubeconfig file when running outside a cluster"),
+)
 
 __all__ = ["KubernetesBackend", "PodJob"]
+__getattr__ = lazy_exports(__name__, {"KubernetesBackend": ".backend", "PodJob": ".session"})
+
+if TYPE_CHECKING:
+    from .backend import KubernetesBackend
+    from .session import PodJob

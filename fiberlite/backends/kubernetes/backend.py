@@ -50,6 +50,8 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     delivers_tree = True
+    job_options = {"service_account": "the pod's service account (fiberlite run --service-account: "
+                                      "the master's; its jobs get the same)"}
 
     def __init__(self) -> None:
         self._sessions: dict[tuple, Session] = {}
@@ -69,9 +71,15 @@ class KubernetesBackend(Backend):
             return session
 
     # -- the seam ---------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec, *, service_account: str | None = None) -> Job:
-        """Create the job's pod (``service_account``: for a master pod made by the CLI)."""
-        return self._session().create_job(self, spec, service_account)
+    def create_job(self, spec: JobSpec) -> Job:
+        """Create the job's pod (option ``service_account``: the pod's, e.g. a master pod's)."""
+        self.check_options(spec)
+        return self._session().create_job(self, spec, spec.options.get("service_account"))
+
+    def location(self, job: Job) -> str | None:
+        """The pod's node, once it is scheduled."""
+        pod = getattr(job.handle, "pod", None)
+        return getattr(getattr(pod, "spec", None), "node_name", None) or "(not scheduled)"
 
     def status(self, job: Job) -> JobState:
         return job.handle.session.status(job.handle)

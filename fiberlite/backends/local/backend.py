@@ -1,12 +1,14 @@
 """The local backend: every job a process of this machine."""
 from __future__ import annotations
 
+import math
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import psutil
 
@@ -14,6 +16,7 @@ from ... import config
 from ...errors import BackendError
 from ..base import SECRETS_FD_ENV, Backend, Job, JobSpec, JobState, encode_secrets
 from .output import OutputTail, copier
+from .usage import UsageMeter
 
 
 BOOTSTRAP_MODULE = "fiberlite.runtime.bootstrap"  # in the command line of every job
@@ -39,13 +42,28 @@ class LocalBackend(Backend):
 
     name = "local"
 
+    def __init__(self) -> None:
+        self._usage = UsageMeter()
+
     def shares_working_dir(self) -> bool:
         return True  # the same machine, the same files
+
+    def workers_per_job(self, processes: int, cpu: float | None) -> int:
+        """The pool's workers shared among this machine's CPUs: one host job per CPU."""
+        return math.ceil(processes / (os.cpu_count() or 1))
+
+    def sample(self, job: Job, forked: Sequence[int] = ()) -> tuple[float, int] | None:
+        """The job's process and the pool workers it forked, as the kernel counts them."""
+        return self._usage.measure(job.id, [job.pid, *forked])
+
+    def location(self, job: Job) -> str | None:
+        return socket.gethostname()
 
     def create_job(self, spec: JobSpec) -> Job:
         """Start the process; its secret environment travels on a pipe, so that it is in
         neither its environment nor /proc/PID/environ. With the ``dashboard`` setting on,
         its output goes through this process (:mod:`.output`), which keeps its end."""
+        self.check_options(spec)
         env = dict(os.environ)
         env.update(spec.env)
         try:
@@ -118,9 +136,13 @@ class LocalBackend(Backend):
 
     def cleanup(self, job: Job) -> None:
         """The job ended: let what it wrote last reach this process's output first."""
+        self._usage.forget(job.id)
         tail = getattr(job.handle, "tail", None)
         if tail is not None:
             tail.wait_closed(DRAIN)
+
+    def close(self) -> None:
+        self._usage.close()
 
     def listen_host(self) -> str:
         return "127.0.0.1"

@@ -5,7 +5,7 @@
   user's home). Its name is the job's name, its ``--comment`` holds its labels (run,
   job, parent), both shown by ``squeue``.
 - ``cpu``, ``memory`` and ``gpu`` become ``--cpus-per-task``, ``--mem`` and
-  ``--gres=gpu:N``; the ``slurm_partition``, ``slurm_account``, ``slurm_qos``,
+  ``--gres=gpu:N`` (a pool's host job with no ``cpu`` asks for a CPU per worker); the ``slurm_partition``, ``slurm_account``, ``slurm_qos``,
   ``slurm_time`` and ``slurm_options`` settings add theirs (see :mod:`.commands`).
 - The run's key is in a file readable by the user only, in the run's directory
   (``slurm_dir`` setting), which the job reads and removes; it is never in the
@@ -13,6 +13,8 @@
 - One thread (:mod:`.follow`) follows all of this process's jobs with one ``squeue``
   call per tick, copies their output files to this process's stdout, and fails a
   job still pending after ``start_timeout`` with Slurm's reason.
+- A pool's workers fill a node: by default one job runs as many workers as the
+  smallest node of the partition has CPUs (``workers_per_job`` or ``cpu`` say otherwise).
 - ``terminate``/``kill`` are ``scancel --signal=TERM|KILL``; a job killed by signal N
   exits with ``-N``.
 - No orphans: a running job exits when its parent's connection drops; the jobs still
@@ -53,6 +55,7 @@ class SlurmBackend(Backend):
         self._lock = threading.Lock()
         self._dirs: set[Path] = set()
         self._reapers: dict[tuple[str, str], object] = {}
+        self._node_cpus: dict[str | None, int | None] = {}  # partition -> CPUs of its smallest node
 
     def shares_working_dir(self) -> bool:
         return True  # a cluster's nodes share the filesystem jobs run from (see the docs)
@@ -72,8 +75,25 @@ class SlurmBackend(Backend):
         except OSError:
             return "127.0.0.1"
 
+    def workers_per_job(self, processes: int, cpu: float | None) -> int:
+        """A job's ``cpu`` request, else as many workers as the smallest node of the
+        partition has CPUs: a pool fills whole nodes, a job per node, not a job per worker."""
+        if cpu:
+            return max(1, int(cpu))
+        partition = config.get("slurm_partition")
+        if partition not in self._node_cpus:
+            self._node_cpus[partition] = commands.node_cpus(partition)
+        return self._node_cpus[partition] or 1
+
+    def location(self, job: Job) -> str | None:
+        """The node Slurm runs the job on, as squeue last said."""
+        with self._cond:
+            row = job.handle.row
+        return (row.node or None) if row is not None else None
+
     # -- creating jobs -----------------------------------------------------------------------
     def create_job(self, spec: JobSpec) -> Job:
+        self.check_options(spec)
         settings = config.settings()
         run_id = spec.labels.get(RUN_LABEL) or spec.env.get("FIBERLITE_RUN_ID") or "run"
         try:

@@ -1,11 +1,13 @@
 """Slurm's command-line tools as the backend calls them: ``sbatch`` (a ``JobSpec`` as
-options), ``squeue`` (one call for many jobs, parsed into :class:`Row`), ``scancel``.
+options), ``squeue`` (one call for many jobs, parsed into :class:`Row`), ``scancel``,
+``sinfo`` (the CPUs of a partition's nodes).
 Every failure is a :class:`~fiberlite.errors.BackendError` naming the command and
 Slurm's own words."""
 from __future__ import annotations
 
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,7 +20,8 @@ from ..base import JobSpec
 
 TIMEOUT = 60.0  # seconds a Slurm command may take (a busy controller answers slowly)
 # squeue's fields, in this order; '|' never occurs in what fiberlite puts there
-FIELDS = ("JobID", "Name:512", "State", "Reason:256", "exit_code", "StdOut:1024", "Comment:1024")
+FIELDS = ("JobID", "Name:512", "State", "Reason:256", "exit_code", "StdOut:1024", "Comment:1024",
+          "NodeList:1024")
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT")
 SIGNALLED = ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE")  # Slurm sent SIGTERM
@@ -37,6 +40,7 @@ class Row:
     status: int | None  # the wait status Slurm recorded (code << 8 | signal)
     stdout: str
     labels: dict[str, str]
+    node: str = ""  # where it runs (empty while it is pending)
 
     @property
     def ended(self) -> bool:
@@ -106,8 +110,9 @@ def sbatch_options(spec: JobSpec, settings: dict[str, Any], output: str) -> list
                "--ntasks=1", "--nodes=1"]
     if spec.cwd:
         options.append(f"--chdir={spec.cwd}")
-    if spec.cpu:
-        options.append(f"--cpus-per-task={max(1, math.ceil(spec.cpu))}")
+    cpus = spec.cpu or (spec.workers if spec.workers > 1 else None)  # a pool host: a CPU per worker
+    if cpus:
+        options.append(f"--cpus-per-task={max(1, math.ceil(cpus))}")
     if spec.memory:
         options.append(f"--mem={max(1, math.ceil(spec.memory / 2**20))}M")
     if spec.gpu:
@@ -149,13 +154,13 @@ def parse_rows(text: str) -> list[Row]:
         parts = [p.strip() for p in line.split("|")]
         if len(parts) < len(FIELDS):
             continue
-        jid, name, state, reason, status, stdout, comment = parts[:len(FIELDS)]
+        jid, name, state, reason, status, stdout, comment, node = parts[:len(FIELDS)]
         try:
             code = int(status)
         except ValueError:
             code = None
         rows.append(Row(jid, name, state.split()[0] if state else "", reason, code, stdout,
-                        decode_labels(comment)))
+                        decode_labels(comment), node))
     return rows
 
 
@@ -176,6 +181,19 @@ def squeue(ids: Iterable[str] | None = None, user_only: bool = True) -> list[Row
         if wanted is not None and "Invalid job id" in str(exc):
             return []  # none of them is known any more
         raise
+
+
+def node_cpus(partition: str | None) -> int | None:
+    """The CPUs of the smallest node of ``partition`` (of the default partition when
+    None), as ``sinfo`` counts them; None when it names no node."""
+    args = ["sinfo", "--noheader", "--format=%c|%P"] + ([f"--partition={partition}"] if partition else [])
+    counts = []
+    for line in run(args, "cannot read the CPUs of the Slurm partition's nodes").splitlines():
+        cpus, _, name = line.partition("|")
+        digits = re.match(r"\s*(\d+)", cpus)  # "8", or "8+" for nodes of 8 and more
+        if digits and (partition or name.strip().endswith("*")):  # '*': the default partition
+            counts.append(int(digits.group(1)))
+    return min(counts) if counts else None
 
 
 def scancel(ids: list[str], signal_name: str | None = None) -> None:
