@@ -182,6 +182,14 @@ static int lock_word(uint32_t *owner, uint32_t token, Wait *w, uint32_t dead)
         if (__atomic_load_n(owner, __ATOMIC_RELAXED) == 0 && try_lock(owner, token))
             return 1;
     }
+    if (w->blocking && spin_ns) { /* still held: look awake a while longer, the GIL released */
+        uint32_t held = __atomic_load_n(owner, __ATOMIC_RELAXED);
+        if (held) {
+            Py_BEGIN_ALLOW_THREADS
+            changes_soon(owner, held);
+            Py_END_ALLOW_THREADS
+        }
+    }
     for (;;) {
         uint32_t v = __atomic_load_n(owner, __ATOMIC_RELAXED);
         uint32_t expected = v;
