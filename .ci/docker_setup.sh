@@ -28,18 +28,10 @@ DOCKERD_LOG="${DOCKERD_LOG:-/tmp/fiberlite-dockerd.log}"
 WHEELS="$ROOT/.docker-wheels"
 LABEL="org.fiberlite.inputs-hash"
 LOGDIR="$(mktemp -d /tmp/fiberlite-docker-setup.XXXXXX)"
-T0=$SECONDS
-
-log() { printf '[docker_setup %3ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
-die() { printf '[docker_setup] ERROR: %s\n' "$*" >&2; exit 1; }
-# run NAME CMD...: run quietly with output in $LOGDIR/NAME.log; show its tail on failure.
-run() {
-    local name="$1"; shift
-    if ! "$@" >"$LOGDIR/$name.log" 2>&1; then
-        tail -n 30 "$LOGDIR/$name.log" | sed 's/^/    | /' >&2
-        die "step '$name' failed: $* (full log: $LOGDIR/$name.log)"
-    fi
-}
+SETUP=docker_setup
+STEP_LOGS="$LOGDIR"
+# shellcheck source=steps.sh
+source "$ROOT/.ci/steps.sh"
 # Keep step logs only when something failed.
 cleanup() {
     local rc=$?

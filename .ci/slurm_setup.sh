@@ -26,21 +26,13 @@ CPUS="${FIBERLITE_SLURM_CPUS:-8}"
 CTLD_PORT="${FIBERLITE_SLURM_PORTS:-6817}"
 SLURMD_PORT="$((CTLD_PORT + 1))"
 CONF="$DIR/slurm.conf"
-T0=$SECONDS
-
-log() { printf '[slurm_setup %3ds] %s\n' "$((SECONDS - T0))" "$*" >&2; }
-die() { printf '[slurm_setup] ERROR: %s\n' "$*" >&2; exit 1; }
+SETUP=slurm_setup
+STEP_LOGS="$DIR/setup-logs"
+# shellcheck source=steps.sh
+source "$(dirname "${BASH_SOURCE[0]}")/steps.sh"
 cannot() { printf '[slurm_setup] CANNOT SET UP SLURM HERE: %s\n' "$*" >&2; exit 77; }
-run() {  # run NAME CMD...: quietly, the tail of its output on failure
-    local name="$1"; shift
-    local out="$DIR/setup-$name.log"
-    if ! "$@" >"$out" 2>&1; then
-        tail -n 30 "$out" | sed 's/^/    | /' >&2
-        die "step '$name' failed: $* (log: $out)"
-    fi
-}
 
-mkdir -p "$DIR"
+mkdir -p "$DIR" "$STEP_LOGS"
 exec 9>"$DIR/setup.lock"
 flock -w 600 9 || die "timed out waiting for the lock $DIR/setup.lock"
 
