@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 
 import pytest
-from interpreters import run_python
+from interpreters import run_python, start_python
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -57,9 +58,20 @@ OPTIONS = {
 }
 
 
-def run_quick(script: str, json_path: str) -> subprocess.CompletedProcess:
-    return run_python(os.path.join(BENCHMARKS, script), "--quick", "--json", json_path,
-                      *OPTIONS.get(script, []), cwd=ROOT, timeout=120)
+def run_quick(script: str, json_path: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The script's quick run. One that does not end in time is made to print where each
+    of its threads is (faulthandler, on SIGABRT) before the test fails with that."""
+    args = (os.path.join(BENCHMARKS, script), "--quick", "--json", json_path, *OPTIONS.get(script, []))
+    child = start_python(*args, cwd=ROOT, env={"PYTHONFAULTHANDLER": "1"},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)
+        out, err = child.communicate()
+        pytest.fail(f"{script} --quick did not end within {timeout:g} s; its threads then:\n"
+                    f"{err[-12000:]}\n{out[-3000:]}")
+    return subprocess.CompletedProcess(args, child.returncode, out, err)
 
 
 @pytest.mark.parametrize("script", sorted(EXPECTED))
