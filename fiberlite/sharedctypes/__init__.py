@@ -53,7 +53,7 @@ def _wrap(obj: Any, lock: Any, ctx: Any) -> Any:
     guarded = False
     hub = current_hub()
     if isinstance(lock, _LockBase) and hub is not None and hub.address == lock._ref.address:
-        servant_of(obj).guard = hub.servant(lock._ref.oid).mutex  # a job's access is one request
+        servant_of(obj).guard_with(hub.servant(lock._ref.oid))  # a job's access is one request
         guarded = True
     return synchronized(obj, lock, ctx, guarded)
 

@@ -94,11 +94,19 @@ class RawServant(BlockServant):
                 return access()
             finally:
                 guard.release_as(token)
-        value = attempt(None)
+        value = NOT_YET if self.waits else attempt(None)  # first come, first served
         if value is NOT_YET:
-            self.waits.start(request, (request.peer, pid, tid, ticket), attempt, None, None)
+            self.waits.start(request, (request.peer, pid, tid, ticket), attempt, None, None,
+                             parks=True)
         else:
+            self.waits.released()
             request.reply(value)
+
+    def guard_with(self, lock: Any) -> None:
+        """Take ``lock`` (the servant of a lock of this process) for a job's access: its
+        mutex, and the calls that wait for it, so that they are served in turn."""
+        self.guard = lock.mutex
+        self.waits = lock.waits
 
     def op_copy(self, request) -> None:
         """A new raw object here holding a copy of this one (pickled as a user object)."""

@@ -34,28 +34,43 @@ CONDITION_BYTES = 12
 class Holder:
     """A lock as one thread holds it: ``is_mine()``, ``release_save()``, ``acquire_restore(depth)``."""
 
-    def __init__(self, mutex: Any, token: int | None = None) -> None:
+    def __init__(self, mutex: Any, token: int | None = None,
+                 released: Callable[[], None] | None = None) -> None:
+        """``token``: the thread of a job the creator acts for; ``released()`` is called
+        after each release (the calls parked behind the lock are handed it)."""
         if token is None:
             self.is_mine = mutex.is_mine
             self.release_save = mutex.release_save
             self.acquire_restore = mutex.acquire_restore
-        else:
-            self.is_mine = lambda: mutex.owner() == token
-            self.release_save = lambda: mutex.release_save(token)
-            self.acquire_restore = lambda depth: mutex.acquire_restore(depth, token)
+            return
+        self.is_mine = lambda: mutex.owner() == token
+        self.acquire_restore = lambda depth: mutex.acquire_restore(depth, token)
+
+        def release_save() -> int:
+            depth = mutex.release_save(token)
+            if released is not None:
+                released()
+            return depth
+        self.release_save = release_save
 
 
-def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | None,
-         cancelled: Callable[[], bool] | None = None) -> bool:
-    """Release the lock, wait for a notification (or ``timeout``), hold the lock again;
-    whether notified. With ``cancelled``, it is looked at every :data:`SLICE` seconds
-    (the creator acting for a job whose call may be withdrawn): once true, the wait
-    ends as if timed out."""
+def enter(words: memoryview, holder: Holder) -> tuple[int, int]:
+    """Count the caller among the waiters and release the lock: ``(seq, depth)`` for
+    :func:`wait`."""
     if not holder.is_mine():
         raise NotOwnedError("must acquire() _lock before using wait()")
     words[WAITERS] += 1
     seq = words[SEQ]
-    depth = holder.release_save()
+    return seq, holder.release_save()
+
+
+def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | None,
+         cancelled: Callable[[], bool] | None = None, entered: tuple[int, int] | None = None) -> bool:
+    """Release the lock, wait for a notification (or ``timeout``), hold the lock again;
+    whether notified. With ``cancelled``, it is looked at every :data:`SLICE` seconds
+    (the creator acting for a job whose call may be withdrawn): once true, the wait
+    ends as if timed out. ``entered``: what :func:`enter` returned, called already."""
+    seq, depth = enter(words, holder) if entered is None else entered
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
     try:
         while True:
@@ -114,14 +129,14 @@ def remote_wait(servant: Any, request: Any, cid: str, timeout: float | None, pid
     answer (notified or not) comes once that thread holds the lock again."""
     block = servant.conditions[cid]
     words, seq_address = cells(block.buffer, block.offset)
-    holder = Holder(servant.mutex, servant.token(request, pid, tid))
-    if not holder.is_mine():
-        raise NotOwnedError("must acquire() _lock before using wait()")
+    holder = Holder(servant.mutex, servant.token(request, pid, tid), servant.waits.released)
     key = (request.peer, pid, tid, ticket)
     waits = servant.waits
+    # the lock is given back here, at once: whoever waits for it need not wait for a thread
+    entered = enter(words, holder)
 
     def attempt(_: float | None) -> Any:  # one whole wait (sliced inside), withdrawn with the call
-        return wait(words, seq_address, holder, timeout, lambda: not waits.waiting(key))
+        return wait(words, seq_address, holder, timeout, lambda: not waits.waiting(key), entered)
     waits.start(request, key, attempt, None, False)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from ..runtime.shm import _sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
 from ..runtime.shm.place import Place
+from ..runtime.shm.remote import Waits
 from . import condvar
 from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name
 
@@ -31,18 +32,30 @@ class LockServant(BlockServant):
         self.mutex = _sync.Mutex(block.buffer, block.offset, CREATOR_SLOT, recursive)
         self.conditions: dict[str, Block] = {}
 
+    def make_waits(self) -> Waits:
+        # a call waiting for a job that holds the lock through this hub is handed the lock
+        # at that job's release, here (Waits.released)
+        return Waits(parkable=lambda: self.users.acting_for(self.mutex.owner()))
+
     def recover(self, slot: int) -> None:
         self.mutex.recover(slot)
+        self.waits.released()
 
     def op_acquire(self, request, block: bool, timeout: float | None, pid: int, tid: int,
                    ticket: int) -> None:
         token, mutex = self.token(request, pid, tid), self.mutex
+
+        def give_back() -> None:
+            if mutex.owner() == token:
+                mutex.release_as(token)
+                self.waits.released()
         self.acquire_for(request, block, timeout, pid, tid, ticket,
-                         lambda wait, seconds: mutex.acquire_as(token, wait, seconds),
-                         lambda: mutex.owner() == token and mutex.release_as(token))
+                         lambda wait, seconds: mutex.acquire_as(token, wait, seconds), give_back)
 
     def op_release(self, request, pid: int, tid: int) -> None:
-        request.reply(self.mutex.release_as(self.token(request, pid, tid)))
+        released = self.mutex.release_as(self.token(request, pid, tid))
+        self.waits.released()  # the next job waiting has it before this one hears
+        request.reply(released)
 
     def op_state(self, request, pid: int, tid: int) -> None:
         """``(held by the caller, the holder's token, the caller's token, depth)``."""

@@ -36,10 +36,14 @@ class BlockServant(Servant):
     def __init__(self, block: Block) -> None:
         self.block = block
         self.users = remote_users(arena())
-        self.waits = Waits()
+        self.waits = self.make_waits()
         self.granted: dict[int, tuple[int, Callable[[], object]]] = {}  # holder -> its last grant
         key = arena().on_recover(self.recover)
         weakref.finalize(self, _release, block, key)
+
+    def make_waits(self) -> Waits:
+        """Where the calls of jobs wait (a lock's servant parks them, see :class:`Waits`)."""
+        return Waits()
 
     def token(self, request: Any, pid: int, tid: int) -> int:
         return self.users.token(request.peer, pid, tid)
@@ -69,7 +73,7 @@ class BlockServant(Servant):
             request.reply(got is True)
             return
         self.waits.start(request, (request.peer, pid, tid, ticket), attempt, timeout, False,
-                         undo=lambda _: give_back())
+                         undo=lambda _: give_back(), parks=True)
 
     def op_cancel(self, request, pid: int, tid: int, ticket: int, undo_grant: bool = False) -> None:
         """The caller gave up a blocking call (it was interrupted): withdraw it, and with

@@ -161,6 +161,34 @@ def test_lock_held_by_killed_child_is_released_and_its_killed_waiter_forgotten(m
     lock.release()
 
 
+def test_lock_held_by_a_job_times_out_another_jobs_wait(machine_path):
+    lock, out = fiberlite.Lock(), fiberlite.Queue()
+    holder = _start(hold_forever, lock, out)
+    assert out.get(timeout=WAIT) == "held"
+    start = time.monotonic()
+    waiter = _start(acquire_then_report, lock, out, 0.3)  # (through the hub: parked there)
+    assert out.get(timeout=WAIT) is False
+    assert time.monotonic() - start >= 0.3
+    waiter.join(WAIT)
+    holder.kill()
+    holder.join(WAIT)
+
+
+def test_lock_held_by_a_job_and_released_by_its_creator_wakes_a_job_waiting(machine_path):
+    lock, out = fiberlite.Lock(), fiberlite.Queue()
+    holder = _start(hold_forever, lock, out)
+    assert out.get(timeout=WAIT) == "held"
+    waiter = _start(acquire_then_report, lock, out)
+    with pytest.raises(queue.Empty):
+        out.get(timeout=0.3)  # it waits behind the holder
+    lock.release()  # multiprocessing lets any process release a Lock: here, not the hub
+    assert out.get(timeout=WAIT) is True
+    waiter.join(WAIT)
+    assert waiter.exitcode == 0
+    holder.kill()
+    holder.join(WAIT)
+
+
 def test_lock_travels_through_a_queue_and_stays_the_same_memory_in_its_creator():
     lock, q = fiberlite.Lock(), fiberlite.Queue()
     q.put(lock)
