@@ -117,6 +117,19 @@ static long spin_ns = 0;
 static int sleep_on(uint32_t *addr, uint32_t expected, Wait *w);
 #define SPIN_NS 50000L
 
+/* What the last looks at a word found, per word (a few, by address): a word that did not
+ * change while looked at is not looked at for its next 1, 2, 4 ... MAX_SKIPS waits, so
+ * a process whose partner answers in hundreds of microseconds (a job on another machine,
+ * through the hub) does not keep a CPU busy for nothing. Races between threads only
+ * blur the guess. */
+#define SPIN_MEMORY 64
+#define MAX_SKIPS 64
+static struct {
+    uintptr_t addr;
+    uint32_t skips;   /* waits left that sleep at once */
+    uint32_t backoff; /* skips after the next miss */
+} spin_memory[SPIN_MEMORY];
+
 /* Look at *addr awake for up to spin_ns (the GIL released by the caller): 1 once it is
  * not ``expected``, 0 if it still is. Sleeping and being woken costs more than the
  * microseconds a partner in a ping-pong takes to answer. */
@@ -125,17 +138,37 @@ static int changes_soon(uint32_t *addr, uint32_t expected)
     struct timespec start, now;
     if (!spin_ns)
         return 0;
+    uintptr_t key = (uintptr_t)addr;
+    unsigned slot = (unsigned)((key >> 2) ^ (key >> 12)) % SPIN_MEMORY;
+    uint32_t skips = __atomic_load_n(&spin_memory[slot].skips, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&spin_memory[slot].addr, __ATOMIC_RELAXED) != key) {
+        __atomic_store_n(&spin_memory[slot].addr, key, __ATOMIC_RELAXED);
+        __atomic_store_n(&spin_memory[slot].backoff, 1, __ATOMIC_RELAXED);
+        skips = 0;
+    } else if (skips) {
+        __atomic_store_n(&spin_memory[slot].skips, skips - 1, __ATOMIC_RELAXED);
+        return 0;
+    }
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (unsigned i = 1;; i++) {
-        if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) != expected)
+        if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) != expected) {
+            __atomic_store_n(&spin_memory[slot].backoff, 1, __ATOMIC_RELAXED);
             return 1;
+        }
         cpu_relax();
         if (!(i & 63)) {
             clock_gettime(CLOCK_MONOTONIC, &now);
             if ((now.tv_sec - start.tv_sec) * 1000000000L + (now.tv_nsec - start.tv_nsec) > spin_ns)
-                return 0;
+                break;
         }
     }
+    uint32_t backoff = __atomic_load_n(&spin_memory[slot].backoff, __ATOMIC_RELAXED);
+    if (!backoff)
+        backoff = 1;
+    __atomic_store_n(&spin_memory[slot].skips, backoff, __ATOMIC_RELAXED);
+    __atomic_store_n(&spin_memory[slot].backoff, backoff < MAX_SKIPS ? backoff * 2 : MAX_SKIPS,
+                     __ATOMIC_RELAXED);
+    return 0;
 }
 
 /* As sleep_on, after looking awake first (changes_soon). */
