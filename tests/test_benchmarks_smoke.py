@@ -88,6 +88,10 @@ def test_benchmark_runs_quick(script, tmp_path):
     assert measured and all(r.get("seconds", r.get("bytes")) > 0 for r in measured)
     # every section has its reference row measured, so every ratio is known
     assert all(r["ratio"] is not None for r in measured), f"{done.stdout}\n{done.stderr[-6000:]}"
+    if script == "bench_primitives.py":  # every side measured every row: none failed or hung
+        failed = [f"{r['section']}: {r['name']}: {r['skipped']}" for r in document["results"]
+                  if r.get("skipped")]
+        assert not failed, "\n".join(failed) + f"\n{done.stdout}\n{done.stderr[-12000:]}"
 
     if script in ("bench_queue_latency.py", "bench_scale.py"):  # times; times and memory
         out = tmp_path / "png"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import time
 
@@ -26,14 +27,21 @@ pytestmark = pytest.mark.timeout(240)  # a shape's start and its deadline, both 
 def run_shape(shape: str, deadline: float, cwd, **env: str) -> tuple[str, float, subprocess.CompletedProcess]:
     """Run one shape; return its run id, the seconds it took to exit after it was done,
     and the finished process."""
-    proc = start_python(SCRIPT, shape, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # a script still there at the end prints where each of its threads is (faulthandler,
+    # on SIGABRT), so that the failure says what it waited for
+    proc = start_python(SCRIPT, shape, cwd=cwd, env={"PYTHONFAULTHANDLER": "1", **env},
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = _read_ready(proc)
         done = time.monotonic()
         try:
             proc.wait(deadline * load_factor() + 10)  # room to see how late it is, then give up
         except subprocess.TimeoutExpired:
-            pass
+            proc.send_signal(signal.SIGABRT)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
         took = time.monotonic() - done
     finally:
         if proc.poll() is None:
