@@ -129,6 +129,7 @@ static struct {
     uint32_t skips;   /* waits left that sleep at once */
     uint32_t backoff; /* skips after the next miss */
 } spin_memory[SPIN_MEMORY];
+static unsigned long looks_awake = 0; /* waits of this process that looked awake */
 
 /* Look at *addr awake for up to spin_ns (the GIL released by the caller): 1 once it is
  * not ``expected``, 0 if it still is. Sleeping and being woken costs more than the
@@ -149,6 +150,7 @@ static int changes_soon(uint32_t *addr, uint32_t expected)
         __atomic_store_n(&spin_memory[slot].skips, skips - 1, __ATOMIC_RELAXED);
         return 0;
     }
+    __atomic_add_fetch(&looks_awake, 1, __ATOMIC_RELAXED);
     clock_gettime(CLOCK_MONOTONIC, &start);
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(addr, __ATOMIC_ACQUIRE) != expected) {
@@ -963,6 +965,11 @@ static PyObject *w_wake(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static PyObject *w_looks_awake(PyObject *m, PyObject *unused)
+{
+    return PyLong_FromUnsignedLong(__atomic_load_n(&looks_awake, __ATOMIC_RELAXED));
+}
+
 static PyObject *after_fork(PyObject *m, PyObject *unused)
 {
     generation++;
@@ -983,6 +990,8 @@ static PyMethodDef module_methods[] = {
      "wait_while(address, value, sleepers_address, timeout=None) -> the word's value"},
     {"setup_semaphore", (PyCFunction)Semaphore_setup, METH_VARARGS,
      "setup_semaphore(buffer, offset, value, maxvalue): lay out a semaphore (-1: unbounded)"},
+    {"looks_awake", (PyCFunction)w_looks_awake, METH_NOARGS,
+     "looks_awake(): how many waits of this process looked at their word awake before sleeping"},
     {"after_fork", (PyCFunction)after_fork, METH_NOARGS,
      "in a forked child: primitives made before the fork refuse to work"},
     {NULL}};
