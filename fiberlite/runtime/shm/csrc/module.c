@@ -40,6 +40,20 @@ static uint32_t *word_at(PyObject *address)
     return (uint32_t *)p;
 }
 
+/* The word at args[0] and the value at args[1] of a call that takes ``least`` to ``most``
+ * arguments (``usage`` when not); NULL with an exception set when they are not that. */
+static uint32_t *word_and_value(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t least,
+                                Py_ssize_t most, const char *usage, unsigned long *value)
+{
+    if (nargs < least || nargs > most) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    uint32_t *w = word_at(args[0]);
+    *value = PyLong_AsUnsignedLong(args[1]);
+    return !w || PyErr_Occurred() ? NULL : w;
+}
+
 static PyObject *w_load(PyObject *m, PyObject *address)
 {
     uint32_t *w = word_at(address);
@@ -48,13 +62,9 @@ static PyObject *w_load(PyObject *m, PyObject *address)
 
 static PyObject *w_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "store(address, value)");
-        return NULL;
-    }
-    uint32_t *w = word_at(args[0]);
-    unsigned long v = PyLong_AsUnsignedLong(args[1]);
-    if (!w || PyErr_Occurred())
+    unsigned long v;
+    uint32_t *w = word_and_value(args, nargs, 2, 2, "store(address, value)", &v);
+    if (!w)
         return NULL;
     __atomic_store_n(w, (uint32_t)v, __ATOMIC_SEQ_CST);
     Py_RETURN_NONE;
@@ -77,13 +87,9 @@ static PyObject *w_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
  * once the timeout passed, True when woken or the word differs */
 static PyObject *w_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "wait(address, expected, timeout=None)");
-        return NULL;
-    }
-    uint32_t *w = word_at(args[0]);
-    unsigned long expected = PyLong_AsUnsignedLong(args[1]);
-    if (!w || PyErr_Occurred())
+    unsigned long expected;
+    uint32_t *w = word_and_value(args, nargs, 2, 3, "wait(address, expected, timeout=None)", &expected);
+    if (!w)
         return NULL;
     Wait wait;
     if (parse_wait(NULL, nargs == 3 ? args[2] : NULL, &wait) < 0)
@@ -98,14 +104,10 @@ static PyObject *w_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
  * count at sleepers_address says there may be one */
 static PyObject *w_set_and_wake(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "set_and_wake(address, value, sleepers_address)");
-        return NULL;
-    }
-    uint32_t *w = word_at(args[0]);
-    unsigned long v = PyLong_AsUnsignedLong(args[1]);
-    uint32_t *sleepers = word_at(args[2]);
-    if (!w || !sleepers || PyErr_Occurred())
+    unsigned long v;
+    uint32_t *w = word_and_value(args, nargs, 3, 3, "set_and_wake(address, value, sleepers_address)", &v);
+    uint32_t *sleepers = w ? word_at(args[2]) : NULL;
+    if (!sleepers)
         return NULL;
     __atomic_store_n(w, (uint32_t)v, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST))
@@ -117,14 +119,11 @@ static PyObject *w_set_and_wake(PyObject *m, PyObject *const *args, Py_ssize_t n
  * ``value``, counted among the sleepers; the word's value at the end */
 static PyObject *w_wait_while(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 3 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "wait_while(address, value, sleepers_address, timeout=None)");
-        return NULL;
-    }
-    uint32_t *w = word_at(args[0]);
-    unsigned long v = PyLong_AsUnsignedLong(args[1]);
-    uint32_t *sleepers = word_at(args[2]);
-    if (!w || !sleepers || PyErr_Occurred())
+    unsigned long v;
+    uint32_t *w = word_and_value(args, nargs, 3, 4,
+                                 "wait_while(address, value, sleepers_address, timeout=None)", &v);
+    uint32_t *sleepers = w ? word_at(args[2]) : NULL;
+    if (!sleepers)
         return NULL;
     Wait wait;
     if (parse_wait(NULL, nargs == 4 ? args[3] : NULL, &wait) < 0)
