@@ -148,7 +148,7 @@ class Side:
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
-            self.kill()
+            self.kill(stacks=True)
             raise SideError(f"timed out: no answer within {timeout:.0f} s; its process was killed") from None
         if line is None:
             code = self.process.wait() if self.process else None
@@ -176,15 +176,27 @@ class Side:
     def running(self) -> bool:
         return self.process is not None
 
-    def kill(self) -> None:
-        """End this side's process group (its own children with it)."""
+    def kill(self, stacks: bool = False) -> None:
+        """End this side's process group (its own children with it). With ``stacks``, its
+        processes get SIGABRT first: with ``PYTHONFAULTHANDLER`` set, as the smoke test
+        sets it, each prints every thread's stack to stderr as it ends."""
         if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            if stacks:
+                self._signal(signal.SIGABRT)
+                try:
+                    self.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._signal(signal.SIGKILL)
             self.process.wait()
             self.process = None
+
+    def _signal(self, number: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, number)
+        except ProcessLookupError:
+            pass
 
     def close(self) -> None:
         if self.process is not None:
