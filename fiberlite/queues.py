@@ -99,7 +99,7 @@ class QueueServant(LinkingServant):
             actions = self._unlink(GET)  # another getter: the linked job hands back first
             if request.peer != LOCAL_PEER:
                 actions += self._unlink(PUT)
-            actions += self.channel.get(request, block, timeout, self.schedule_expiry)
+            actions += self._read_returned(request, PUT, block, timeout)
         self.run_actions(actions)
 
     def op_qsize(self, request) -> None:

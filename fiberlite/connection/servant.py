@@ -126,14 +126,14 @@ class PipeServant(LinkingServant):
     def op_receive(self, request, end: int, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
             actions = self._other_reader(request, end)
-            actions += self.inbox[end].get(request, block, timeout, self.schedule_expiry)
+            actions += self._read_returned(request, 1 - end, block, timeout)
         self.run_actions(actions)
 
     def op_poll(self, request, end: int, timeout: float | None) -> None:
         with self._lock:
             actions = self._other_reader(request, end)
-            actions += self.inbox[end].get(request, timeout is None or timeout > 0, timeout,
-                                           self.schedule_expiry, peek=True)
+            actions += self._read_returned(request, 1 - end, timeout is None or timeout > 0, timeout,
+                                           peek=True)
         self.run_actions(actions)
 
     def op_export(self, request, end: int, token: bytes) -> None:

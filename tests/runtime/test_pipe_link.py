@@ -131,6 +131,35 @@ def _idle_reader_left_unread(a, b, read: int, sent: int):
     return job, out, stay
 
 
+@pytest.mark.parametrize("read", ["recv", "poll"])
+def test_the_owner_reads_a_link_made_between_its_look_and_its_wait(read):
+    """The owner found no link, then the job's link came up before the owner's read
+    reached its hub: the read goes to the link, where the job's answer comes (and not
+    only once the job ends, handing its link back)."""
+    a, b = fiberlite.Pipe()
+    stay = fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.echo_then_stay, args=(b, ROUNDS + 1, stay))
+    p.start()
+    _echo(a, range(ROUNDS))
+    assert _link_state(a, 1) == forwarder.LINKED
+    link_jobs.looks_before_the_link_is_made(get_hub().servant(a._ref.oid))
+    a.send("over the link")
+    try:
+        if read == "poll":
+            assert a.poll(20), "the answer that came over the link was not seen"
+        else:
+            got = []
+            reading = threading.Thread(target=lambda: got.append(a.recv()), daemon=True)
+            reading.start()
+            reading.join(20)
+            assert got, "the answer that came over the link was not read"
+        assert _link_state(a, 1) == forwarder.LINKED
+    finally:
+        stay.set()
+    assert (got[0] if read == "recv" else a.recv()) == "over the link"
+    p.join()
+
+
 def test_a_second_reader_gets_exactly_what_the_linked_reader_left():
     a, b = fiberlite.Pipe()
     first, out, stay = _idle_reader_left_unread(a, b, 20, 50)

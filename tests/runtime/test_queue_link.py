@@ -40,6 +40,26 @@ def test_a_producing_job_is_linked_and_its_items_arrive_in_order():
     p.join()
 
 
+def test_the_creator_gets_from_a_link_made_between_its_look_and_its_wait():
+    """The creator found no link, then the producer's link came up before its get
+    reached its hub: the get goes to the link, where the producer's item comes (and not
+    only once the producer ends, handing its link back)."""
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    go, stay = fiberlite.Event(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.put_then_put_when_told, args=(q, ENOUGH, out, go, stay))
+    p.start()
+    assert [q.get(timeout=60) for _ in range(ENOUGH)] == list(range(ENOUGH))
+    assert out.get(timeout=60) == ["put"]
+    link_jobs.looks_before_the_link_is_made(get_hub().servant(q._ref.oid))
+    go.set()
+    try:
+        assert q.get(timeout=20) == "last"
+        assert _links(q) == {"put": forwarder.LINKED}
+    finally:
+        stay.set()
+    p.join()
+
+
 def _idle_linked_consumer(q, left: int):
     """A job that gets ENOUGH items over its link, then keeps still with ``left`` more
     put after them: ``(job, out, stay)``."""

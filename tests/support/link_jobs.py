@@ -27,6 +27,13 @@ def echo_then_report_transport(conn, rounds: int) -> None:
     conn.send(None if reader is None else reader.link.address.split("://")[0])
 
 
+def echo_then_stay(conn, rounds: int, stay) -> None:
+    """Echo ``rounds`` messages, then keep still (linked) until ``stay`` is set."""
+    for _ in range(rounds):
+        conn.send(conn.recv())
+    stay.wait()
+
+
 def read_then_idle(conn, count: int, out, stay) -> None:
     """Read ``count`` messages, report them and whether the end was linked, then keep
     the end (unread messages included) until ``stay`` is set."""
@@ -124,6 +131,17 @@ def put_many(q, tag, count: int, out=None) -> None:
         out.put(queue_link_slots(q))
 
 
+def put_then_put_when_told(q, count: int, out, go, stay) -> None:
+    """Put ``count`` items (enough to be linked), report this job's links of ``q``, put
+    ``"last"`` once ``go`` is set, then keep still (linked) until ``stay`` is set."""
+    for i in range(count):
+        q.put(i)
+    out.put(queue_link_slots(q))
+    go.wait()
+    q.put("last")
+    stay.wait()
+
+
 def put_then_stall(q, count: int, out, stay) -> None:
     for i in range(count):
         q.put(i)
@@ -215,3 +233,15 @@ def pass_one_then_hold_one(q, out) -> None:
     out.put(q.get())
     q.get()
     time.sleep(120)
+
+
+def looks_before_the_link_is_made(servant) -> None:
+    """(in the owner) The next read of this process finds no link, as one that looked
+    just before a job's link was made and reached the hub just after: it must read the
+    link then, not wait for the channel (what the job sends comes over the link)."""
+    looked = servant.receive_local
+
+    def no_link_yet(*args, **kwargs):
+        servant.receive_local = looked
+        return None
+    servant.receive_local = no_link_yet

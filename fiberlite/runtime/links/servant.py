@@ -241,6 +241,28 @@ class LinkingServant(LockedServant):
         return [(slot, link) for slot, link in list(self.links.items()) if link.reader_peer == peer]
 
     # -- reading, in this process, what a linked job sends -----------------------------------
+    def _read_returned(self, request, slot: Hashable, block: bool, timeout: float | None,
+                       peek: bool = False) -> list:
+        """Actions for ``request``, a read of the return channel of ``slot``. A read of this
+        process is answered :data:`~.frames.RETRY` if the link of ``slot`` came up after
+        the read looked for it (:meth:`receive_returned`) and before it reached here: what
+        the job sends comes over the link, not into the channel, so the read goes there,
+        as the reads already waiting when the link came up do. The lock is held."""
+        channel = self._return_channel(slot)
+        if request.peer == LOCAL_PEER and not channel.items and self._link_carries(slot):  # type: ignore[union-attr]
+            return [lambda: request.reply(RETRY)]
+        return channel.get(request, block, timeout, self.schedule_expiry, peek=peek)  # type: ignore[union-attr]
+
+    def _link_carries(self, slot: Hashable) -> bool:
+        """Whether what the job linked to ``slot`` sends comes over its link (not when the
+        link is not up yet, or is ending: its END read, or its job gone)."""
+        link = self.links.get(slot)
+        if link is None or link.state != LINKED or link.reading is None:
+            return False
+        reading = link.reading
+        pending = reading.pending
+        return not (reading.stopped or link.link.lost or (pending and pending[0] is END))  # type: ignore[union-attr]
+
     def receive_returned(self, slot: Hashable, timeout: float | None = None, peek: bool = False) -> Any:
         """What the job linked to ``slot`` sent next: a Payload (or with ``peek`` True),
         False after ``timeout``; None: read the channel instead (no link, or something to
