@@ -238,6 +238,10 @@ class Launch:
                 fd = self._watcher_fd()
             self._sentinel = fd
             self._release = weakref.finalize(self, _close_fd, fd)  # close() or collected
+            # not at exit: weakref's exit hook runs before fiberlite's exit stages, and a
+            # wait on the fd of a job still running (a pool's supervisor) would then see a
+            # closed fd as ready and join that job for good (the OS closes it at the end)
+            self._release.atexit = False
         return self._sentinel
 
     def _watcher_fd(self) -> int:

@@ -54,3 +54,39 @@ def test_no_module_registers_atexit_or_calls_private_exit_functions():
                                                                  "_end_children"):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.attr}")
     assert not offenders, offenders
+
+
+def test_a_pool_is_terminated_at_exit_after_weakrefs_finalizers_have_run():
+    """The interpreter runs weakref's finalizers before fiberlite's exit stages. A job's
+    sentinel must not be closed then: the pool's supervisor, woken before the stage
+    "pools" terminates it, would take a closed sentinel for a job that ended and wait
+    for that job (still running) for good, and the exit with it."""
+    script = textwrap.dedent("""
+        import threading, time, weakref
+        import fiberlite as mp
+        from multiprocessing.connection import wait
+
+        def nap(started):
+            started.set()
+            time.sleep(60)
+
+        if __name__ == "__main__":
+            pool = mp.Pool(2)
+            started = mp.Event()
+            pending = pool.apply_async(nap, (started,))   # a worker busy, as at a real exit
+            assert started.wait(60)
+            sentinels = [p.sentinel for p in pool._pool]
+            weakref.finalize._exitfunc()   # what the interpreter's exit runs first
+            print("ended", len(wait(sentinels, 0)), flush=True)
+            pool._core.wake()              # the supervisor looks at its jobs again:
+            deadline = time.monotonic() + 2   # (a job it took for ended leaves its list)
+            while len(pool._core.procs) == 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            stop = threading.Thread(target=pool.terminate, daemon=True)
+            stop.start()
+            stop.join(20)
+            print("terminated" if not stop.is_alive() else "terminate hung", flush=True)
+    """)
+    result = run_python("-c", script, timeout=90, cwd=ROOT)
+    assert result.stdout.split("\n")[:2] == ["ended 0", "terminated"], result.stdout + result.stderr
+    assert result.returncode == 0, result.stderr
