@@ -55,7 +55,7 @@ class _Marker:
 
 EOF = _Marker("EOF")  # the writers of the end are gone (sticky: every later read sees it)
 END = _Marker("END")
-RETRY = _Marker("RETRY")  # the answer to a read in the owner that is to read a link made meanwhile
+RETRY = _Marker("RETRY")  # to a read in the owner: read the link made since you looked for one
 
 
 def is_marker(item: Any) -> bool:

@@ -10,8 +10,9 @@ Each takes the first of three paths that applies:
 A slot is what one user does with the object: a pipe's end (the job reads it and
 sends through it), a queue's ``"get"`` or ``"put"``. Uses through the hub are counted,
 and a job asks for a link once they are worth one (:func:`~.reader.used_through_hub`).
-A read is answered :data:`~.frames.RETRY` when a link was made while it waited: it is
-made again, over the link.
+A read in the owner is answered :data:`~.frames.RETRY` when a link was made while it
+waited, or after it looked for one and before it reached the hub: it is made again,
+over the link.
 """
 from __future__ import annotations
 
