@@ -40,17 +40,18 @@ static uint32_t *word_at(PyObject *address)
     return (uint32_t *)p;
 }
 
-/* The word at args[0] and the value at args[1] of a call that takes ``least`` to ``most``
- * arguments (``usage`` when not); NULL with an exception set when they are not that. */
+/* The word at args[0] and the number at args[1] (a value, a delta, a count) of a call
+ * that takes ``least`` to ``most`` arguments (``usage`` when not); NULL with an
+ * exception set when they are not that. */
 static uint32_t *word_and_value(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t least,
-                                Py_ssize_t most, const char *usage, unsigned long *value)
+                                Py_ssize_t most, const char *usage, long long *value)
 {
     if (nargs < least || nargs > most) {
         PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
     uint32_t *w = word_at(args[0]);
-    *value = PyLong_AsUnsignedLong(args[1]);
+    *value = PyLong_AsLongLong(args[1]);
     return !w || PyErr_Occurred() ? NULL : w;
 }
 
@@ -62,7 +63,7 @@ static PyObject *w_load(PyObject *m, PyObject *address)
 
 static PyObject *w_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long v;
+    long long v;
     uint32_t *w = word_and_value(args, nargs, 2, 2, "store(address, value)", &v);
     if (!w)
         return NULL;
@@ -72,13 +73,9 @@ static PyObject *w_store(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 static PyObject *w_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "add(address, delta)");
-        return NULL;
-    }
-    uint32_t *w = word_at(args[0]);
-    long d = PyLong_AsLong(args[1]);
-    if (!w || PyErr_Occurred())
+    long long d;
+    uint32_t *w = word_and_value(args, nargs, 2, 2, "add(address, delta)", &d);
+    if (!w)
         return NULL;
     return PyLong_FromUnsignedLong(__atomic_fetch_add(w, (uint32_t)d, __ATOMIC_SEQ_CST));
 }
@@ -87,7 +84,7 @@ static PyObject *w_add(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
  * once the timeout passed, True when woken or the word differs */
 static PyObject *w_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long expected;
+    long long expected;
     uint32_t *w = word_and_value(args, nargs, 2, 3, "wait(address, expected, timeout=None)", &expected);
     if (!w)
         return NULL;
@@ -104,7 +101,7 @@ static PyObject *w_wait(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
  * count at sleepers_address says there may be one */
 static PyObject *w_set_and_wake(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long v;
+    long long v;
     uint32_t *w = word_and_value(args, nargs, 3, 3, "set_and_wake(address, value, sleepers_address)", &v);
     uint32_t *sleepers = w ? word_at(args[2]) : NULL;
     if (!sleepers)
@@ -119,7 +116,7 @@ static PyObject *w_set_and_wake(PyObject *m, PyObject *const *args, Py_ssize_t n
  * ``value``, counted among the sleepers; the word's value at the end */
 static PyObject *w_wait_while(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long v;
+    long long v;
     uint32_t *w = word_and_value(args, nargs, 3, 4,
                                  "wait_while(address, value, sleepers_address, timeout=None)", &v);
     uint32_t *sleepers = w ? word_at(args[2]) : NULL;
@@ -145,13 +142,9 @@ static PyObject *w_wait_while(PyObject *m, PyObject *const *args, Py_ssize_t nar
 
 static PyObject *w_wake(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "wake(address, count)");
-        return NULL;
-    }
-    uint32_t *w = word_at(args[0]);
-    long n = PyLong_AsLong(args[1]);
-    if (!w || PyErr_Occurred())
+    long long n;
+    uint32_t *w = word_and_value(args, nargs, 2, 2, "wake(address, count)", &n);
+    if (!w)
         return NULL;
     futex_wake(w, n < 0 || n > INT_MAX ? INT_MAX : (int)n);
     Py_RETURN_NONE;
