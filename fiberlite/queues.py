@@ -13,15 +13,20 @@ Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.rou
 """
 from __future__ import annotations
 
+import itertools
 import queue
+import weakref
 from typing import Any
 
 from . import observe
+from .queue_lane import QueueLane
 from .runtime import handles
 from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
 from .runtime.links import route
 from .runtime.links.channel import Channel
+from .runtime.lanes import shared as lanes
 from .runtime.links.servant import LinkingServant
+from .runtime.shm.remote import NOT_YET, Waits
 from .wire.codec import Payload
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
@@ -34,10 +39,17 @@ GET, PUT = "get", "put"  # link slots: a job that only gets, a job that only put
 
 
 class QueueServant(LinkingServant):
-    """The state of one queue, in its creator's hub."""
+    """The state of one queue, in its creator's hub: its channel, or (``lane``) the
+    queue's lane, on which it acts for the processes that cannot reach it."""
 
-    def __init__(self, maxsize: int, joinable: bool = False) -> None:
+    lane: QueueLane | None = None
+
+    def __init__(self, maxsize: int, joinable: bool = False, lane: QueueLane | None = None) -> None:
         super().__init__()
+        if lane is not None:
+            self.lane = lane
+            self.waits = Waits()
+            self._calls = itertools.count()
         self.channel = Channel(maxsize)
         self.done = 0
         self.joiners: list = []
@@ -128,7 +140,55 @@ class QueueServant(LinkingServant):
                 return
         request.reply()
 
+    # -- a lane's queue, for processes that cannot reach the lane ---------------------------
+    def op_lane_put(self, request, payload: Payload, block: bool = True, timeout: float | None = None) -> None:
+        if not self.lane.state.maxsize:  # never waits
+            self.lane.put(payload)
+            request.reply()
+            return
+        self._wait(request, lambda seconds: self.lane.put(payload, True, seconds), timeout, queue.Full(),
+                   catch=queue.Full, block=block)
+
+    def op_lane_get(self, request, block: bool = True, timeout: float | None = None) -> None:
+        self._wait(request, lambda seconds: self.lane.get(True, seconds), timeout, queue.Empty(),
+                   catch=queue.Empty, block=block, undo=self.lane.send)
+
+    def op_lane_feed(self, request, payloads: list) -> None:
+        """What a job that left had put, counted but not yet in the lane."""
+        for payload in payloads:
+            self.lane.send(payload)
+        request.reply()
+
+    def op_lane_qsize(self, request) -> None:
+        request.reply(self.lane.state.qsize())
+
+    def op_lane_empty(self, request) -> None:
+        request.reply(self.lane.empty())
+
+    def op_lane_task_done(self, request) -> None:
+        self.lane.state.task_done()
+        request.reply()
+
+    def op_lane_join(self, request) -> None:
+        self._wait(request, lambda seconds: self.lane.state.join(seconds) or NOT_YET, None, None)
+
+    def _wait(self, request, attempt, timeout, timed_out, catch=(), block=True, undo=None) -> None:
+        def attempt_once(seconds):
+            try:
+                result = attempt(seconds if block else 0.0)
+            except catch:
+                return NOT_YET if block else timed_out
+            return NOT_YET if result is NOT_YET else (True if result is None else result)
+        if not block:
+            request.reply(attempt_once(0.0))
+            return
+        self.waits.start(request, (request.peer, next(self._calls)), attempt_once, timeout,
+                         timed_out, undo=undo)
+
     def peer_lost(self, peer: int) -> None:
+        if self.lane is not None:
+            self.waits.cancel_peer(peer)
+            return
         for slot, link in self.links_of(peer):
             self._link_lost(slot, link)
         with self._lock:
@@ -144,18 +204,23 @@ class Queue:
     _servant: QueueServant | None = None  # when it lives in this process
     _used = False  # put into from this process: close() then closes it for empty() too
 
+    _lane: QueueLane | None = None  # the queue's lane, when this process can reach it
+    _place: Any = None  # (where the lane is, the queue's state) when it has one
+
     def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
         if maxsize < 0:
             maxsize = 0
         self._maxsize = maxsize
-        self._servant = QueueServant(maxsize, self._joinable)
+        self._servant, self._lane = _new_servant(maxsize, self._joinable)
+        if self._lane is not None:
+            self._place = (self._lane.place, self._lane.state)
         self._ref = handles.register(self, self._servant)
         self._closed = False
         observe.notice("queue", self)
 
     def __reduce__(self):
         handles.exported(self._ref)
-        return (_rebuild, (type(self), self._ref, self._maxsize))
+        return (_rebuild, (type(self), self._ref, self._maxsize, self._place))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -165,7 +230,11 @@ class Queue:
         """Put ``obj``; when the queue is full wait up to ``timeout`` (``queue.Full`` after)."""
         self._check_open()
         self._used = True
-        if self._maxsize:
+        if self._lane is not None:
+            self._lane.put(Payload.pack(obj), block, timeout)
+        elif self._place is not None:
+            _raised(self._ref.call("lane_put", Payload.pack(obj), block, timeout))
+        elif self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
         else:  # an unbounded queue never makes a put wait
             route.send(self._ref, PUT, self._servant, Payload.pack(obj))
@@ -173,6 +242,10 @@ class Queue:
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return an item; wait up to ``timeout`` (``queue.Empty`` after)."""
         self._check_open()
+        if self._lane is not None:
+            return self._lane.get(block, timeout).unpack()
+        if self._place is not None:
+            return _raised(self._ref.call("lane_get", block, timeout)).unpack()
         return route.receive(self._ref, GET, self._servant, block, timeout).unpack()
 
     def put_nowait(self, obj: Any) -> None:
@@ -182,11 +255,17 @@ class Queue:
         return self.get(False)
 
     def qsize(self) -> int:
-        return self._ref.call("qsize")
+        if self._lane is not None:
+            return self._lane.state.qsize()
+        return self._ref.call("lane_qsize" if self._place is not None else "qsize")
 
     def empty(self) -> bool:
         if self._closed and self._used:  # as multiprocessing's, whose close() takes effect
             raise OSError("handle is closed")  # once a put started its feeder thread
+        if self._lane is not None:
+            return self._lane.empty()
+        if self._place is not None:
+            return self._ref.call("lane_empty")
         return self.qsize() == 0
 
     def full(self) -> bool:
@@ -199,6 +278,8 @@ class Queue:
     def join_thread(self) -> None:
         """Wait until everything put by this process is in the queue."""
         assert self._closed, f"Queue {self!r} not closed"
+        if self._lane is not None:
+            self._lane.flush()
         from .runtime.dialed import flush
         flush()
 
@@ -216,11 +297,17 @@ class JoinableQueue(Queue):
 
     def task_done(self) -> None:
         """Mark one item taken with get() as processed."""
-        self._ref.call("task_done")
+        if self._lane is not None:
+            self._lane.state.task_done()
+        else:
+            self._ref.call("lane_task_done" if self._place is not None else "task_done")
 
     def join(self) -> None:
         """Wait until every item put has been marked done."""
-        self._ref.call("join")
+        if self._lane is not None:
+            self._lane.state.join()
+        else:
+            self._ref.call("lane_join" if self._place is not None else "join")
 
 
 class SimpleQueue:
@@ -228,15 +315,20 @@ class SimpleQueue:
 
     _servant: QueueServant | None = None
 
+    _lane: QueueLane | None = None
+    _place: Any = None
+
     def __init__(self, *, ctx: Any = None) -> None:
-        self._servant = QueueServant(0)
+        self._servant, self._lane = _new_servant(0, False)
+        if self._lane is not None:
+            self._place = (self._lane.place, self._lane.state)
         self._ref = handles.register(self, self._servant)
         self._closed = False
         observe.notice("queue", self)
 
     def __reduce__(self):
         handles.exported(self._ref)
-        return (_rebuild, (type(self), self._ref, 0))
+        return (_rebuild, (type(self), self._ref, 0, self._place))
 
     def _check_open(self) -> None:
         if self._closed:
@@ -244,15 +336,29 @@ class SimpleQueue:
 
     def put(self, obj: Any) -> None:
         self._check_open()
-        route.send(self._ref, PUT, self._servant, Payload.pack(obj))
+        if self._lane is not None:  # as multiprocessing's: the put is in the queue when it returns
+            self._lane.state.reserve(True, None)
+            self._lane.lane.send(Payload.pack(obj))
+        elif self._place is not None:
+            self._ref.call("lane_put", Payload.pack(obj))
+        else:
+            route.send(self._ref, PUT, self._servant, Payload.pack(obj))
 
     def get(self) -> Any:
         self._check_open()
+        if self._lane is not None:
+            return self._lane.get().unpack()
+        if self._place is not None:
+            return _raised(self._ref.call("lane_get", True, None)).unpack()
         return route.receive(self._ref, GET, self._servant).unpack()
 
     def empty(self) -> bool:
         if self._closed:
             raise OSError("handle is closed")
+        if self._lane is not None:
+            return self._lane.empty()
+        if self._place is not None:
+            return self._ref.call("lane_empty")
         return self._ref.call("qsize") == 0
 
     def close(self) -> None:
@@ -262,13 +368,36 @@ class SimpleQueue:
         return f"<SimpleQueue {self._ref.oid}@{self._ref.address}>"
 
 
-def _rebuild(cls: type, ref: ObjectRef, maxsize: int) -> Any:
+def _new_servant(maxsize: int, joinable: bool) -> tuple[QueueServant, QueueLane | None]:
+    """A new queue's servant, and its lane when this machine's processes share one."""
+    if not lanes.enabled():
+        return QueueServant(maxsize, joinable), None
+    lane, forget = QueueLane.new(maxsize, joinable)
+    servant = QueueServant(maxsize, joinable, lane)
+    weakref.finalize(servant, forget)
+    return servant, lane
+
+
+def _raised(answer: Any) -> Any:
+    """A lane call's answer from the hub: ``queue.Empty``/``queue.Full`` are raised."""
+    if isinstance(answer, (queue.Empty, queue.Full)):
+        raise type(answer)
+    return answer
+
+
+def _rebuild(cls: type, ref: ObjectRef, maxsize: int, place: Any = None) -> Any:
     obj = cls.__new__(cls)
     obj._ref = ref
     obj._maxsize = maxsize
     obj._closed = False
+    obj._place = place
     if ref.is_local:  # back in the process that serves it
         obj._servant = get_hub().servant(ref.oid)
+        obj._lane = obj._servant.lane
+    elif place is not None:
+        lane = QueueLane.at(*place)
+        lane.ref = ref
+        obj._lane = lane if lane.lane is not None else None
     handles.loaded(obj, ref)
     return obj
 

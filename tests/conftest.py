@@ -63,6 +63,15 @@ def machine_path(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture
+def without_lanes(monkeypatch):
+    """Queues and pipes made in the test keep their items in their creator's hub, as
+    those of a creator that shares no lane with its machine do (links and channels are
+    what is tested)."""
+    from fiberlite.runtime.lanes import shared
+    monkeypatch.setattr(shared, "enabled", lambda: False)
+
+
 def pytest_collection_finish(session):
     """When the cross-version tests are selected, start the other Pythons' subsets now,
     before any test runs, so that they run beside the rest of the suite (their output

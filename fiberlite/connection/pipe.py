@@ -24,6 +24,8 @@ from ..runtime.finalizing import CastQueue
 from ..runtime.handles import job_exports
 from ..runtime.hub import ObjectRef, get_hub
 from ..wire.codec import Payload
+from ..runtime.links.frames import EOF
+from .pipe_lanes import lanes_here
 from .readiness import _ReadySignal
 from .servant import PipeServant
 
@@ -36,13 +38,19 @@ class Connection:
     _signal: "_ReadySignal | None" = None  # made by fileno()
     _servant: "PipeServant | None" = None  # the pipe, when it lives in this process
     _elsewhere = False  # the pipe lives in another process
+    _places: tuple | None = None  # where the pipe's lanes are, when it has lanes
+    _lanes: tuple | None = None  # (read, write): the lanes this end uses here, if reachable
 
-    def __init__(self, ref: ObjectRef, end: int, readable: bool, writable: bool) -> None:
+    def __init__(self, ref: ObjectRef, end: int, readable: bool, writable: bool,
+                 places: tuple | None = None) -> None:
         self._ref = ref
         self._end = end
         self._readable = readable
         self._writable = writable
         self._closed = False
+        if places is not None:
+            self._places = places
+            self._lanes = lanes_here(places, end, readable, writable)
         _closes.start()
 
     def __del__(self) -> None:
@@ -61,7 +69,7 @@ class Connection:
         exports = job_exports()
         if exports is not None:  # pickled for a job: if it never loads it, forget the export
             exports.append((self._ref, "expire", (self._end, token)))
-        return (_attach, (self._ref, self._end, self._readable, self._writable, token))
+        return (_attach, (self._ref, self._end, self._readable, self._writable, token, self._places))
 
     # -- state ---------------------------------------------------------------------------
     @property
@@ -97,6 +105,8 @@ class Connection:
         It is made on the first call; from then on each receive on this Connection
         costs one more round trip to the pipe (to learn whether more is left)."""
         self._check_closed()
+        if self._lanes is not None and self._lanes[0] is not None:
+            return self._lanes[0].reading.fileno()  # readable while there is something to read
         if self._signal is None:
             links.unlink_own(self._ref, self._end)  # readiness is the pipe's to tell
             self._signal = _ReadySignal(self._ref, self._end, watch=self._readable)
@@ -127,6 +137,12 @@ class Connection:
     def _send(self, payload: Payload) -> None:
         if self._closed or not self._writable:
             self._check_writable()
+        if self._lanes is not None:
+            self._lanes[1].send(payload)
+            return
+        if self._places is not None:
+            self._ref.call("lane_send", self._end, payload)
+            return
         servant = self._servant
         route.send(self._ref, self._end, servant if servant or self._elsewhere else self._owner_servant(),
                    payload)
@@ -167,6 +183,13 @@ class Connection:
     def _receive(self) -> Payload:
         if self._closed or not self._readable:
             self._check_readable()
+        if self._lanes is not None:
+            payload = self._lanes[0].receive()
+            if payload is EOF:
+                raise EOFError
+            return payload
+        if self._places is not None:
+            return self._ref.call("lane_receive", self._end)
         servant = self._servant
         signal = self._signal
         payload = route.receive(self._ref, self._end,
@@ -206,15 +229,20 @@ class Connection:
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether there is something to read (or EOF), waiting up to ``timeout`` (None: forever)."""
         self._check_readable()
+        if self._lanes is not None:
+            return self._lanes[0].poll(timeout)
+        if self._places is not None:
+            return self._ref.call("lane_poll", self._end, timeout)
         return route.poll(self._ref, self._end, self._owner_servant(), timeout)
 
     def __repr__(self) -> str:
         return f"<Connection end={self._end} of {self._ref}{' closed' if self._closed else ''}>"
 
 
-def _attach(ref: ObjectRef, end: int, readable: bool, writable: bool, token: bytes) -> Connection:
+def _attach(ref: ObjectRef, end: int, readable: bool, writable: bool, token: bytes,
+            places: tuple | None = None) -> Connection:
     ref.call("attach", end, token)
-    return Connection(ref, end, readable, writable)
+    return Connection(ref, end, readable, writable, places)
 
 
 def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
@@ -222,9 +250,10 @@ def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     servant = PipeServant(duplex)
     ref = get_hub().register(servant)
     servant.oid = ref.oid
+    places = servant.places
     if duplex:
-        return Connection(ref, 0, True, True), Connection(ref, 1, True, True)
-    return Connection(ref, 0, True, False), Connection(ref, 1, False, True)
+        return Connection(ref, 0, True, True, places), Connection(ref, 1, True, True, places)
+    return Connection(ref, 0, True, False, places), Connection(ref, 1, False, True, places)
 
 
 _closes = CastQueue("fiberlite-close")  # Connections collected without close()

@@ -9,22 +9,32 @@ watchers of an end when it becomes readable (:mod:`fiberlite.connection.readines
 from __future__ import annotations
 
 import collections
+import weakref
 from typing import Any
 
 from ..runtime.hub import LOCAL_PEER, ObjectRef, unregister
+from ..runtime.lanes import shared as lanes
 from ..runtime.links.channel import Channel
 from ..runtime.links.servant import LinkingServant
 from ..wire.codec import Payload
+from .pipe_lanes import LaneOps
 from .readiness import _tell_ready
 
 __all__ = ["PipeServant"]
 
 
-class PipeServant(LinkingServant):
-    """Two channels and the holders of each end."""
+class PipeServant(LaneOps, LinkingServant):
+    """Two channels (or, on a machine that shares lanes, two lanes) and the holders of
+    each end."""
 
     def __init__(self, duplex: bool) -> None:
         super().__init__()
+        if lanes.enabled():  # lane[e]: what end e reads
+            made = [lanes.create() for _ in range(2 if duplex else 1)]
+            self.lanes = tuple(m[0] for m in made) + ((None,) if not duplex else ())
+            self.places = tuple(m[1] for m in made) + ((None,) if not duplex else ())
+            for _, _, forget in made:
+                weakref.finalize(self, forget)
         # inbox[e] holds what end e will read
         self.inbox = (Channel(), Channel())
         # how many Connection objects each process holds, per end
@@ -90,6 +100,9 @@ class PipeServant(LinkingServant):
     def op_watch(self, request, end: int, token: tuple, readiness: ObjectRef) -> None:
         """Tell ``readiness`` once ``end`` has something to read (or EOF); the reply says
         whether it has already."""
+        if self.lanes is not None:
+            self.watch_lane(request, end, token, readiness)
+            return
         with self._lock:
             actions = self._unlink(end) + self._unlink(1 - end)  # readiness comes from the pipe
             inbox = self.inbox[end]
@@ -100,6 +113,8 @@ class PipeServant(LinkingServant):
         self.run_actions(actions)
 
     def op_unwatch(self, request, end: int, token: tuple) -> None:
+        if self.lanes is not None:
+            self.lane_waits.cancel(("watch", end, token))
         with self._lock:
             self.watchers[end].pop(token, None)
         request.reply()
@@ -182,10 +197,14 @@ class PipeServant(LinkingServant):
             unregister(self.oid)  # nobody holds either end: the pipe is gone
             self.oid = None
         # nobody holds `end` any more: its peer reads EOF, writes to it break
+        if self.lanes is not None:
+            self.end_lanes(end)
         return (self.inbox[other].close_writers() + self._forward_eof(other)
                 + self.inbox[end].close_readers() + self._wake(other))
 
     def peer_lost(self, peer: int) -> None:
+        if self.lanes is not None:
+            self.lane_waits.cancel_peer(peer)
         for end, link in self.links_of(peer):  # what it sent before it went is read before EOF
             self._link_lost(end, link)
         actions: list = []

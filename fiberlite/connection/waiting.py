@@ -20,6 +20,10 @@ from .readiness import _readiness_mailbox, _wait_ids
 __all__ = ["wait"]
 
 
+def _reads_lane(conn: Connection) -> bool:
+    return conn._lanes is not None and conn._lanes[0] is not None
+
+
 def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
     """Wait until one of ``object_list`` is ready, like ``multiprocessing.connection.wait``.
 
@@ -29,8 +33,9 @@ def wait(object_list: Iterable[Any], timeout: float | None = None) -> list[Any]:
     """
     from multiprocessing.connection import wait as os_wait
     objects = list(object_list)
-    conns = [o for o in objects if isinstance(o, Connection)]
-    others = [o for o in objects if not isinstance(o, Connection)]
+    # (an end that reads a lane here is waited on by the lane's own descriptor)
+    conns = [o for o in objects if isinstance(o, Connection) and not _reads_lane(o)]
+    others = [o for o in objects if not isinstance(o, Connection) or _reads_lane(o)]
     if not conns:
         return os_wait(others, timeout)
     for conn in conns:

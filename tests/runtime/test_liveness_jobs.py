@@ -182,6 +182,7 @@ def read_some(q, count, ready):
     time.sleep(600)
 
 
+@pytest.mark.usefixtures("without_lanes")  # (a lane needs nobody but the kernel)
 def test_items_sent_ahead_to_a_frozen_reader_go_back_to_the_queue(given_up):
     q, ready = fiberlite.Queue(), fiberlite.Queue()
     for i in range(200):
@@ -199,12 +200,20 @@ def test_items_sent_ahead_to_a_frozen_reader_go_back_to_the_queue(given_up):
 
 
 # -- whoever waits on a silent job gets a clear error -----------------------------------------
+def _without_lanes() -> None:
+    """(in a job) Queues made from now on keep their items in this process's hub."""
+    from fiberlite.runtime.lanes import shared
+    shared.enabled = lambda: False
+
+
 def own_queue(back):
+    _without_lanes()
     q = fiberlite.Queue()
     back.put((q, os.getpid()))
     time.sleep(600)
 
 
+@pytest.mark.usefixtures("without_lanes")  # (a lane needs nobody but the kernel)
 def test_a_getter_whose_queue_creator_goes_silent_gets_a_clear_error():
     back = fiberlite.Queue()
     job = fiberlite.Process(target=own_queue, args=(back,))
@@ -221,6 +230,7 @@ def test_a_getter_whose_queue_creator_goes_silent_gets_a_clear_error():
 
 
 def own_full_queue(back, count):
+    _without_lanes()
     q = fiberlite.Queue()
     for i in range(count):
         q.put(i)
@@ -237,6 +247,7 @@ def arrived_over_link(q) -> bool:
     return bool(reader.reading.pending)
 
 
+@pytest.mark.usefixtures("without_lanes")  # (a lane needs nobody but the kernel)
 def test_a_linked_reader_whose_queue_creator_goes_silent_gets_a_clear_error():
     back = fiberlite.Queue()
     job = fiberlite.Process(target=own_full_queue, args=(back, 200))

@@ -27,7 +27,8 @@ from fiberlite.wire.tls import host_port
 from interpreters import run_python
 from unpickle_trap import Trace
 
-pytestmark = pytest.mark.timeout(90)
+# pipes without lanes: their links are what is tested
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("without_lanes")]
 ROUNDS = link_jobs.LINKING_READS
 
 
@@ -68,6 +69,8 @@ def test_a_job_on_this_machine_is_linked_over_a_unix_socket():
 
 LINK_TRANSPORT = """
 import fiberlite, link_jobs
+from fiberlite.runtime.lanes import shared
+shared.enabled = lambda: False  # a pipe without lanes: its link is what is tested
 if __name__ == "__main__":
     a, b = fiberlite.Pipe()
     p = fiberlite.Process(target=link_jobs.echo_then_report_transport, args=(b, {rounds}))
@@ -355,7 +358,9 @@ def _raw_connection(address: str) -> socket.socket:
 
 TLS_SCRIPT = """
 import fiberlite
+from fiberlite.runtime.lanes import shared
 from fiberlite.runtime.links import reader as pipelink
+shared.enabled = lambda: False  # a pipe without lanes: its link is what is tested
 
 def echo(conn):
     for _ in range(30):

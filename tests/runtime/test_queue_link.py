@@ -10,7 +10,8 @@ from fiberlite.runtime.links import forwarder
 from fiberlite.runtime.links import reader as pipelink
 from fiberlite.runtime.hub import get_hub
 
-pytestmark = pytest.mark.timeout(90)
+# queues without a lane: their links are what is tested
+pytestmark = [pytest.mark.timeout(90), pytest.mark.usefixtures("without_lanes")]
 ENOUGH = pipelink.LINK_AFTER + 12  # uses after which a job's queue is linked
 
 

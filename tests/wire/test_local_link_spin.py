@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fiberlite.wire.link import local
+from fiberlite.wire.link import awake, local
 from fiberlite.wire.link.local import LocalLink, available
 
 pytestmark = [pytest.mark.timeout(60),
@@ -40,7 +40,7 @@ class _CountingSocket:
         return self.sock.recv_into(into, room, flags)
 
 
-@pytest.mark.skipif(not local.SPIN_SECONDS, reason="one CPU: receives never spin")
+@pytest.mark.skipif(not awake.SPIN_SECONDS, reason="one CPU: receives never spin")
 def test_a_reader_with_nothing_to_read_looks_ever_more_rarely_and_again_once_a_frame_came():
     reader, writer = _pair()
     try:
@@ -56,16 +56,16 @@ def test_a_reader_with_nothing_to_read_looks_ever_more_rarely_and_again_once_a_f
                 skipped = 0
         # each look that found nothing makes the next calls skip 1, 2, 4, ... up to 64
         assert gaps[:7] == [0, 1, 2, 4, 8, 16, 32]
-        assert set(gaps[7:]) == {local.SPIN_SKIP_MAX}
+        assert set(gaps[7:]) == {awake.SPIN_SKIP_MAX}
 
         assert writer.send(b"frame", timeout_ms=-1)
-        while reader._spin_skip:  # the calls it still skips from the last miss
+        while reader._awake._skip:  # the calls it still skips from the last miss
             assert reader._spin(counting, reader._view, local.CHUNK) is None
         got = reader._spin(counting, reader._view, local.CHUNK)
         assert got == local.HEADER.size + len(b"frame")
         reader._end += got
         assert reader._buffered() == b"frame"
-        assert (reader._spin_skip, reader._spin_misses) == (0, 0)  # a hit: look every time again
+        assert (reader._awake._skip, reader._awake._misses) == (0, 0)  # a hit: look every time again
     finally:
         reader.close()
         writer.close()

@@ -118,6 +118,7 @@ class Arena:
         self._small: list[Segment] = []   # segments blocks of the size classes are cut from
         self._free: dict[int, list[tuple[int, int]]] = {}  # size class -> [(segment, offset)]
         self._next_id = 1
+        self._shared: dict[int, int] = {}  # id -> a descriptor handed out as it is (share)
         self._lock = threading.Lock()
         # what to call when a slot's process goes: id -> recover(slot)
         self._recoverers: dict[int, Callable[[int], object]] = {}
@@ -169,10 +170,28 @@ class Arena:
         return None if segment is None else segment.map
 
     def descriptors(self, ids: list[int]) -> list[tuple[int, int, int]]:
-        """``(id, size, fd)`` of the segments among ``ids`` that exist (fds still ours)."""
+        """``(id, size, fd)`` of the segments and shared descriptors among ``ids`` that
+        exist (fds still ours; a shared descriptor's size is 0)."""
         with self._lock:
-            found = [self._segments.get(i) for i in ids]
-            return [(s.id, s.size, s.fd) for s in found if s is not None and s.fd >= 0]
+            found = [(i, self._segments.get(i), self._shared.get(i)) for i in ids]
+            return [(s.id, s.size, s.fd) if s is not None else (i, 0, fd)
+                    for i, s, fd in found if (s is not None and s.fd >= 0) or fd is not None]
+
+    # -- other descriptors the door hands out ------------------------------------------------
+    def share(self, fd: int) -> int:
+        """Hand ``fd`` (a socket, ...) to the processes of this machine that ask by the
+        id returned; the arena keeps a duplicate of it until :meth:`unshare`."""
+        own = os.dup(fd)
+        with self._lock:
+            key, self._next_id = self._next_id, self._next_id + 1
+            self._shared[key] = own
+        return key
+
+    def unshare(self, key: int) -> None:
+        with self._lock:
+            fd = self._shared.pop(key, None)
+        if fd is not None:
+            os.close(fd)
 
     # -- processes that go -----------------------------------------------------------------
     def on_recover(self, recover: Callable[[int], object]) -> int:

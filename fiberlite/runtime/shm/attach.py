@@ -72,6 +72,18 @@ class Attachment:
                                   f"{len(fds)} descriptors")
         return slot, {seg_id: (size, fd) for (seg_id, size), fd in zip(entries, fds)}
 
+    def descriptors(self, ids: list[int]) -> list[int] | None:
+        """New descriptors of this process for the shared descriptors ``ids`` (the
+        caller closes them); None when one of them is not there any more."""
+        with self._lock:
+            _, found = self._ask(ids)
+        fds = [found[i][1] for i in ids if i in found]
+        if len(fds) != len(ids):
+            for fd in fds:
+                os.close(fd)
+            return None
+        return fds
+
     def segment(self, seg_id: int) -> mmap.mmap | None:
         """The mapping of segment ``seg_id`` (None: it does not exist, or is not the memory
         its header says). Kept while anything here uses it."""

@@ -30,6 +30,7 @@ import time
 from typing import Any, Callable
 
 from .. import auth
+from .awake import SPIN_SECONDS, Awake
 from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
 from .sockets import Backlog, new_ack_lane, rest_of, take_ack_lane, tune, unwatch, watch
 
@@ -38,11 +39,6 @@ HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 HANDSHAKE_TIMEOUT = 10.0
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
-# a receive that would wait first looks for bytes awake for this long (none: a machine
-# with one CPU for this process, where the peer could not run meanwhile)
-SPIN_SECONDS = 50e-6 if len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) > 1 else 0.0
-SPIN_SKIP_MAX = 64  # after looks that found nothing, at most this many receives block at once
-_clock = time.perf_counter
 _POLL_IN = select.POLLIN | select.POLLPRI
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
@@ -75,7 +71,7 @@ class LocalLink(LossCallbacks):
         self._lost_callbacks: list[Callable[[], None]] = []
         self._backlog: Backlog | None = None
         self._acks: memoryview | None = None  # the shared acknowledgement count
-        self._spin_skip = self._spin_misses = 0  # see _spin
+        self._awake = Awake()  # see _spin
 
     # -- making one ----------------------------------------------------------------------
     @classmethod
@@ -333,26 +329,8 @@ class LocalLink(LossCallbacks):
         return self._buffered()
 
     def _spin(self, sock: socket.socket, into: memoryview, room: int) -> int | None:
-        """Look for bytes without sleeping for up to :data:`SPIN_SECONDS`: what came, or
-        None (then block). Falling asleep and being woken costs more than a round trip's
-        other work, so a reply that comes within microseconds is taken awake. A look that
-        finds nothing makes the next ones rarer (1, 2, 4, ... up to :data:`SPIN_SKIP_MAX`
-        receives block at once), so a reader that waits long spends next to nothing."""
-        if self._spin_skip:
-            self._spin_skip -= 1
-            return None
-        end = _clock() + SPIN_SECONDS
-        while True:
-            try:
-                got = sock.recv_into(into, room, _DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                if _clock() < end:
-                    continue
-                self._spin_misses = min(SPIN_SKIP_MAX, 2 * self._spin_misses or 1)
-                self._spin_skip = self._spin_misses
-                return None
-            self._spin_misses = 0
-            return got
+        """Bytes read awake (:mod:`.awake`), or None: then block."""
+        return self._awake.look(lambda: sock.recv_into(into, room, _DONTWAIT))
 
     def _read_blocking(self, sock: socket.socket, into: memoryview, room: int) -> int:
         """A blocking read (the socket wakes it every ``CANCEL_CHECK_US``); how much came

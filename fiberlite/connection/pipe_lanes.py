@@ -1,0 +1,123 @@
+"""A pipe's ends on a machine that shares lanes: each end reads a lane of its own.
+
+On the creator's machine (:mod:`fiberlite.runtime.lanes`), what end ``e`` reads is lane
+``e``: every holder of the other end writes into it, every holder of ``e`` reads it,
+straight through the kernel, so a send that returned is ahead of every later send, in
+any process of the machine (as with ``multiprocessing``'s one OS pipe). When nobody holds
+an end any more its creator ends the lanes: the other end reads what is left, then
+``EOFError``, and sends to the gone end raise ``BrokenPipeError``.
+
+:class:`LaneOps` is the pipe servant's part for the processes that cannot reach the
+lanes (another machine): it sends, receives, polls and watches for them, each wait on a
+thread of the hub (:class:`~fiberlite.runtime.shm.remote.Waits`).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from ..runtime.hub import ObjectRef
+from ..runtime.lanes.lane import Lane
+from ..runtime.lanes.shared import lane_at
+from ..runtime.links.frames import EOF
+from ..runtime.shm.remote import NOT_YET, Waits
+from ..wire.codec import Payload
+from .readiness import _tell_ready
+
+
+class LaneOps:
+    """The lanes of a pipe (``lanes[e]``: what end ``e`` reads; None for the second end of
+    a one-way pipe) and the calls of processes that cannot reach them."""
+
+    lanes: tuple | None = None
+    places: tuple | None = None
+    _lane_waits: Waits | None = None
+
+    @property
+    def lane_waits(self) -> Waits:
+        if self._lane_waits is None:
+            self._lane_waits = Waits()
+            self._lane_calls = itertools.count()
+        return self._lane_waits
+
+    def end_lanes(self, end: int) -> None:
+        """Nobody holds ``end``: the other end reads EOF once it read what is left, and
+        what is sent to ``end`` breaks."""
+        mine, other = self.lanes[end], self.lanes[1 - end]
+        if other is not None:
+            other.end_writing()
+        if mine is not None:
+            mine.end_reading()
+
+    def _wait(self, request: Any, attempt: Any, timeout: float | None, timed_out: Any, key: Any = None) -> None:
+        waits = self.lane_waits
+        waits.start(request, key if key is not None else ("call", next(self._lane_calls)),
+                    attempt, timeout, timed_out)
+
+    def op_lane_send(self, request, end: int, payload: Payload) -> None:
+        lane = self.lanes[1 - end]
+        if lane.send(payload, block=False):
+            request.reply()
+            return
+        payload = payload.owned()  # it waits for room
+
+        def attempt(seconds: float | None) -> Any:
+            return True if lane.wait_writable(seconds) and lane.send(payload, block=False) else NOT_YET
+        self._wait(request, attempt, None, None)
+
+    def op_lane_receive(self, request, end: int, block: bool = True, timeout: float | None = None) -> None:
+        lane = self.lanes[end]
+
+        def attempt(seconds: float | None) -> Any:
+            payload = lane.receive(seconds)
+            if payload is EOF:
+                raise EOFError
+            return NOT_YET if payload is None else payload
+        if not block:
+            payload = lane.receive(0.0)
+            if payload is EOF:
+                request.fail(EOFError())
+            else:
+                request.reply(payload)  # None: nothing there
+            return
+        self._wait(request, attempt, timeout, None)
+
+    def op_lane_poll(self, request, end: int, timeout: float | None) -> None:
+        lane = self.lanes[end]
+        if lane.poll(0) or timeout is not None and timeout <= 0:
+            request.reply(lane.poll(0))
+            return
+        self._wait(request, lambda seconds: True if lane.poll(seconds) else NOT_YET, timeout, False)
+
+    def watch_lane(self, request, end: int, token: tuple, readiness: ObjectRef) -> None:
+        """Tell ``readiness`` once lane ``end`` has something to read (or is at EOF)."""
+        lane = self.lanes[end]
+        if lane is None or lane.poll(0):
+            request.reply(lane is not None)
+            return
+        request.reply(False)
+
+        class _Told:  # the watch's answer goes to the readiness mailbox, not to the caller
+            peer = request.peer
+
+            @staticmethod
+            def reply(_: Any = None) -> None:
+                _tell_ready(readiness, token)
+
+            @staticmethod
+            def fail(_: Any) -> None:
+                pass
+        self._wait(_Told, lambda seconds: True if lane.poll(seconds) else NOT_YET, None, None,
+                   key=("watch", end, token))
+
+
+def lanes_here(places: tuple | None, end: int, readable: bool, writable: bool) -> tuple[Lane | None, Lane | None] | None:
+    """``(read, write)``: the lanes end ``end`` uses in this process; None when this
+    process cannot reach them (it goes through the pipe's hub)."""
+    if places is None:
+        return None
+    read = lane_at(places[end]) if readable else None
+    write = lane_at(places[1 - end]) if writable else None
+    if (readable and read is None) or (writable and write is None):
+        return None
+    return read, write

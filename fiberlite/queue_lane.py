@@ -1,0 +1,240 @@
+"""A queue's items in a lane of its machine, as ``multiprocessing`` keeps them in a pipe.
+
+The processes of the creator's machine put into and get from the queue's lane
+(:mod:`fiberlite.runtime.lanes`) themselves: any number of producers and consumers,
+one FIFO kept by the kernel, nothing in between. Beside the lane, a :class:`QueueState`
+keeps what the lane cannot tell, in the creator's shared memory under one condition
+variable: how many items are in the queue (``qsize``, a bounded queue's room) and, for a
+``JoinableQueue``, how many were put and not yet marked done.
+
+A put never waits for a consumer (but for a bounded queue's room): what the lane has no
+room for waits in this process, in order, and a feeder thread sends it as readers make
+room, as ``multiprocessing``'s feeder thread does. Processes of other machines use the
+same lane and state through the creator's hub (:class:`~fiberlite.queues.QueueServant`).
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import queue
+import threading
+import time
+import weakref
+from typing import Any
+
+from .runtime import exit_order
+from .runtime.lanes.lane import Lane
+from .runtime.shm._sync import add as _atomic_add
+from .runtime.lanes.shared import LanePlace, create, lane_at
+from .runtime.links.frames import EOF
+from .sharedctypes import RawArray
+from .synchronize import Condition
+
+ITEMS, UNFINISHED = 0, 1  # the state's two counts
+FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is leaving this often
+DRAIN_PATIENCE = 0.5  # at exit, how long a queue's creator waits for readers to take more
+
+
+def _address(counts: Any, index: int) -> int | None:
+    """The address of ``counts[index]`` here, when it is memory of this machine."""
+    try:
+        return ctypes.addressof(counts) + index * ctypes.sizeof(ctypes.c_int)
+    except TypeError:  # a proxy to another machine's memory (not used for the lane)
+        return None
+
+
+class QueueState:
+    """A queue's counts in shared memory, and the condition that guards them.
+
+    The count of items of an unbounded queue changes by atomic additions, without the
+    lock; a bounded queue's changes under the condition, whose waiters wait for room."""
+
+    def __init__(self, maxsize: int, joinable: bool, counts: Any = None, cond: Any = None) -> None:
+        self.maxsize = maxsize
+        self.joinable = joinable
+        self.counts = RawArray("i", 2) if counts is None else counts
+        self.cond = Condition() if cond is None else cond
+        self._items = _address(self.counts, ITEMS) if not maxsize else None
+
+    def __reduce__(self):
+        return (QueueState, (self.maxsize, self.joinable, self.counts, self.cond))
+
+    def reserve(self, block: bool, timeout: float | None) -> None:
+        """Count one more item (waiting for room in a bounded queue: ``queue.Full``)."""
+        if self._items is not None and not self.joinable:
+            _atomic_add(self._items, 1)
+            return
+        counts, cond = self.counts, self.cond
+        with cond:
+            if self.maxsize and counts[ITEMS] >= self.maxsize:
+                if not block:
+                    raise queue.Full
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while counts[ITEMS] >= self.maxsize:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise queue.Full
+                    cond.wait(left)
+            if self._items is not None:
+                _atomic_add(self._items, 1)
+            else:
+                counts[ITEMS] += 1
+            if self.joinable:
+                counts[UNFINISHED] += 1
+
+    def taken(self) -> None:
+        """One item left the queue."""
+        if self._items is not None:
+            _atomic_add(self._items, -1)
+            return
+        with self.cond:
+            self.counts[ITEMS] -= 1
+            self.cond.notify()
+
+    def qsize(self) -> int:
+        return max(0, self.counts[ITEMS])
+
+    def task_done(self) -> None:
+        with self.cond:
+            if self.counts[UNFINISHED] <= 0:
+                raise ValueError("task_done() called too many times")
+            self.counts[UNFINISHED] -= 1
+            if self.counts[UNFINISHED] == 0:
+                self.cond.notify_all()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until every item put was marked done; False after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while self.counts[UNFINISHED]:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.cond.wait(left)
+        return True
+
+
+class QueueLane:
+    """A queue's lane and state as this process uses them (``lane`` None: the lane is
+    not reachable from here, and the queue goes through its creator's hub)."""
+
+    def __init__(self, place: LanePlace, state: QueueState, lane: Lane | None) -> None:
+        self.place = place
+        self.state = state
+        self.lane = lane
+        self._backlog: collections.deque = collections.deque()  # puts waiting for room
+        self._feeding = False
+        self._lock = threading.Lock()
+        self._fed = threading.Condition(self._lock)
+        self._feeder: threading.Thread | None = None
+        self._stop = False
+        self.ref: Any = None  # the queue's, where what is left is handed over at exit
+
+    @classmethod
+    def new(cls, maxsize: int, joinable: bool) -> tuple["QueueLane", Any]:
+        """A new queue's lane and state, and what forgets the lane once the queue is gone."""
+        lane, place, forget = create()
+        return cls(place, QueueState(maxsize, joinable), lane), forget
+
+    @classmethod
+    def at(cls, place: LanePlace, state: QueueState) -> "QueueLane":
+        return cls(place, state, lane_at(place))
+
+    # -- putting -----------------------------------------------------------------------
+    def put(self, payload: Any, block: bool = True, timeout: float | None = None) -> None:
+        self.state.reserve(block, timeout)
+        self.send(payload)
+
+    def send(self, payload: Any) -> None:
+        """Send ``payload`` without waiting for a reader: what finds no room waits here."""
+        if not self._backlog and self.lane.send(payload, block=False):
+            return
+        with self._lock:
+            self._backlog.append(payload.owned())
+            if not self._feeding:
+                self._feeding = True
+                _feeders.add(self)
+                self._feeder = threading.Thread(target=self._feed, name="fiberlite-queue-feeder", daemon=True)
+                self._feeder.start()
+
+    def _feed(self) -> None:
+        while True:
+            with self._lock:
+                if not self._backlog or self._stop:
+                    self._feeding = False
+                    self._fed.notify_all()
+                    return
+                payload = self._backlog[0]
+            try:
+                sent = self.lane.send(payload, block=False)
+            except BaseException:  # no reader is left: what waits is dropped
+                with self._lock:
+                    self._backlog.clear()
+                continue
+            if sent:
+                with self._lock:
+                    self._backlog.popleft()
+            else:
+                self.lane.wait_writable(FEED_SLICE)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until what this process put is in the lane; False after ``timeout``."""
+        with self._lock:
+            return self._fed.wait_for(lambda: not self._feeding, timeout)
+
+    def drain(self) -> None:
+        """(at exit, in the queue's creator) Wait for what this process put to reach the
+        lane while readers keep taking it: not once none has taken any for a moment
+        (nobody may be left to read it)."""
+        while True:
+            with self._lock:
+                left = len(self._backlog)
+            if not left or self.flush(DRAIN_PATIENCE):
+                return
+            with self._lock:
+                if len(self._backlog) >= left:
+                    return
+
+    def hand_over(self, ref: Any) -> None:
+        """(at exit) What still waits for room goes to the queue's creator, which feeds it
+        to the lane after this process has gone, in the same order."""
+        with self._lock:
+            self._stop = True
+            feeder = self._feeder
+        if feeder is not None:
+            feeder.join()
+        with self._lock:
+            left, self._backlog = list(self._backlog), collections.deque()
+        if left:
+            ref.call("lane_feed", left)
+
+    # -- getting -----------------------------------------------------------------------
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        """The next item's payload (``queue.Empty`` after ``timeout``, or at once)."""
+        payload = self.lane.receive((None if timeout is None else max(0.0, timeout)) if block else 0.0)
+        if payload is None or payload is EOF:
+            raise queue.Empty
+        self.state.taken()
+        return payload
+
+    def empty(self) -> bool:
+        return not self.lane.poll(0)
+
+
+_feeders: "weakref.WeakSet[QueueLane]" = weakref.WeakSet()
+
+
+def _flush_all() -> None:
+    """At exit: what this process put and the lane had no room for yet is handed to each
+    queue's creator (the creator itself waits a moment for readers to take it)."""
+    for feeder in list(_feeders):
+        try:
+            if feeder.ref is None or feeder.ref.is_local:
+                feeder.drain()
+            else:
+                feeder.hand_over(feeder.ref)
+        except Exception:  # the creator has gone: nobody could read them
+            pass
+
+
+exit_order.at_exit("links", _flush_all)

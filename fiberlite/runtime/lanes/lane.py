@@ -1,0 +1,232 @@
+"""A lane: one direction of messages shared by every process of one machine.
+
+A lane is a Unix ``SOCK_SEQPACKET`` socket pair. Every writer holds the same *writing*
+socket and every reader the same *reading* socket (their descriptors handed out by the
+creator's door), so the kernel keeps one FIFO for all of them, as an OS pipe does for
+``multiprocessing``:
+
+- a message is one record: sent whole or not at all, received whole by exactly one
+  reader, in the order the sends returned, whatever process sent it;
+- a writer or reader killed mid-message loses nothing but the message in its hands, and
+  leaves nothing half-written for the others;
+- no lock is needed by writers or readers, and nothing but the kernel runs in between.
+
+A message larger than :data:`INLINE_MAX` travels as a ``memfd`` attached to its record
+(``SCM_RIGHTS``): the reader maps it, so out-of-band buffers are not copied again.
+The creator ends a lane's writing side (:meth:`Lane.end_writing`) once no writer is left:
+readers get what remains, then ``EOFError``. It ends the reading side
+(:meth:`Lane.end_reading`) once no reader is left: writers get ``BrokenPipeError``.
+"""
+from __future__ import annotations
+
+import array
+import errno
+import mmap
+import os
+import select
+import socket
+import struct
+import time
+from typing import Any
+
+from ...wire.link.awake import Awake
+from ..links.frames import EOF, item_frame, read_frame
+
+INLINE_MAX = 32 * 1024  # larger messages travel in a memfd of their own
+ROOM = 4 << 20  # what a lane may hold (the kernel counts about 1 KiB for a small message)
+_LARGE = b"\x10"  # a record that carries a memfd: this byte, the frame's size, the fd
+_SIZE = struct.Struct("<Q")
+_FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
+_RECV_SIZE = INLINE_MAX + 64
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+_DONTWAIT = socket.MSG_DONTWAIT | _NOSIGNAL
+_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP
+_POLL_OUT = select.POLLOUT
+
+
+def available() -> bool:
+    """Whether this system has what lanes need (Linux: seqpacket pairs and memfds)."""
+    return (hasattr(socket, "SOCK_SEQPACKET") and hasattr(os, "memfd_create")
+            and hasattr(socket, "MSG_DONTWAIT") and os.uname().sysname == "Linux")
+
+
+def new_pair() -> tuple[socket.socket, socket.socket]:
+    """A new lane's ``(writing, reading)`` sockets."""
+    writing, reading = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    writing.shutdown(socket.SHUT_RD)  # nothing is ever sent the other way
+    _make_room(writing)
+    return writing, reading
+
+
+def _make_room(writing: socket.socket) -> None:
+    """Let the lane hold :data:`ROOM` bytes of messages (a small message takes about
+    1 KiB of it): past the system's default maximum where this process may (root)."""
+    force = getattr(socket, "SO_SNDBUFFORCE", None)
+    try:
+        if force is not None:
+            writing.setsockopt(socket.SOL_SOCKET, force, ROOM)
+            return
+    except OSError:
+        pass
+    try:
+        writing.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, ROOM)
+    except OSError:
+        pass
+
+
+class Lane:
+    """This process's view of a lane: its writing and/or reading socket."""
+
+    __slots__ = ("writing", "reading", "_poll_in", "_awake", "__weakref__")
+
+    def __init__(self, writing: socket.socket | None, reading: socket.socket | None) -> None:
+        self.writing = writing
+        self.reading = reading
+        self._poll_in: Any = None
+        self._awake = Awake()  # a read looks awake before it sleeps
+
+    # -- sending -----------------------------------------------------------------------
+    def send(self, payload: Any, block: bool = True) -> bool:
+        """Send ``payload`` (a :class:`~fiberlite.wire.codec.Payload`) as one message;
+        with ``block`` false, return False instead of waiting for room."""
+        frame = item_frame(payload)
+        flags = _NOSIGNAL if block else _DONTWAIT
+        try:
+            if type(frame) is bytes:
+                if len(frame) <= INLINE_MAX:
+                    self.writing.send(frame, flags)
+                    return True
+                parts = [frame]
+            else:
+                parts = list(frame)
+                if sum(memoryview(p).nbytes for p in parts) <= INLINE_MAX:
+                    self.writing.sendmsg(parts, (), flags)
+                    return True
+            return self._send_large(parts, flags)
+        except BlockingIOError:
+            return False
+        except BrokenPipeError:
+            raise BrokenPipeError(32, "the other end of the pipe is closed") from None
+
+    def _send_large(self, parts: list, flags: int) -> bool:
+        fd = os.memfd_create("fiberlite-message", os.MFD_CLOEXEC)
+        try:
+            size = 0
+            for part in parts:
+                view = memoryview(part).cast("B")
+                while view:
+                    written = os.pwrite(fd, view, size)
+                    size += written
+                    view = view[written:]
+            fds = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+            record = [_LARGE + _SIZE.pack(size)]
+            pause = 0.001
+            while True:
+                try:
+                    self.writing.sendmsg(record, fds, flags)
+                    return True
+                except OSError as exc:  # as many memfds are on their way as this user may
+                    if exc.errno != errno.ETOOMANYREFS:  # have in flight: wait for readers
+                        raise
+                    if flags & socket.MSG_DONTWAIT:
+                        return False
+                time.sleep(pause)
+                pause = min(0.05, pause * 2)
+        finally:
+            os.close(fd)
+
+    def wait_writable(self, timeout: float | None) -> bool:
+        """Wait until a message could be sent (or the lane ended); False after ``timeout``."""
+        poller = select.poll()
+        poller.register(self.writing, _POLL_OUT)
+        return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
+
+    # -- receiving ---------------------------------------------------------------------
+    def receive(self, timeout: float | None = None) -> Any:
+        """The next message: a Payload, None after ``timeout`` (0: do not wait), or
+        :data:`~fiberlite.runtime.links.frames.EOF` once every writer has gone."""
+        sock = self.reading
+        try:
+            data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC)
+            return self._decode(data, ancillary)
+        except BlockingIOError:
+            if timeout is not None and timeout <= 0:
+                return None
+        got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC))
+        if got is not None:
+            return self._decode(got[0], got[1])
+        if timeout is None:
+            data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _CLOEXEC)
+            return self._decode(data, ancillary)
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._wait_readable(left):
+                return None
+            try:
+                data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC)
+            except BlockingIOError:  # another reader was first
+                continue
+            return self._decode(data, ancillary)
+
+    def _wait_readable(self, seconds: float) -> bool:
+        poller = self._poll_in
+        if poller is None:
+            poller = self._poll_in = select.poll()
+            poller.register(self.reading, _POLL_IN)
+        return bool(poller.poll(max(1, int(seconds * 1000 + 0.999))))
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        """Whether a message (or the end) is there to read, waiting up to ``timeout``."""
+        poller = select.poll()
+        poller.register(self.reading, _POLL_IN)
+        wait = None if timeout is None else max(0, int(timeout * 1000 + 0.999)) if timeout > 0 else 0
+        return bool(poller.poll(wait))
+
+    @staticmethod
+    def _decode(data: bytes, ancillary: list) -> Any:
+        if not data:
+            return EOF
+        if data[:1] == _LARGE:
+            fds = array.array("i")
+            for level, kind, cdata in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.frombytes(cdata[:len(cdata) - len(cdata) % fds.itemsize])
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise ConnectionError("a lane's large message came without its memory")
+            try:
+                size = _SIZE.unpack_from(data, 1)[0]
+                memory = mmap.mmap(fds[0], size, flags=mmap.MAP_PRIVATE) if size else b""  # (copy on write)
+            finally:
+                os.close(fds[0])
+            return read_frame(memoryview(memory))
+        for level, kind, cdata in ancillary:  # (none is sent with a small message)
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                for fd in array.array("i", cdata[:len(cdata) - len(cdata) % 4]):
+                    os.close(fd)
+        return read_frame(data)
+
+    # -- ending ------------------------------------------------------------------------
+    def end_writing(self) -> None:
+        """No writer is left: readers get what remains, then EOF."""
+        _shutdown(self.writing, socket.SHUT_WR)
+
+    def end_reading(self) -> None:
+        """No reader is left: every send now raises BrokenPipeError."""
+        _shutdown(self.reading, socket.SHUT_RD)
+
+    def close(self) -> None:
+        for sock in (self.writing, self.reading):
+            if sock is not None:
+                sock.close()
+
+
+def _shutdown(sock: socket.socket | None, how: int) -> None:
+    if sock is not None:
+        try:
+            sock.shutdown(how)
+        except OSError:
+            pass

@@ -1,0 +1,96 @@
+"""Job targets of the same-machine pattern tests (tests/test_queue_patterns.py)."""
+from __future__ import annotations
+
+import pickle
+
+import fiberlite
+import fiberlite.queues
+
+
+def put_tagged(q, tag: int, count: int) -> None:
+    for i in range(count):
+        q.put((tag, i))
+
+
+def get_until_none(q, out, joinable: bool = False) -> None:
+    """Get until None; report what was got (marking each done on a JoinableQueue)."""
+    got = []
+    simple = isinstance(q, fiberlite.queues.SimpleQueue)
+    while True:
+        item = q.get() if simple else q.get(timeout=60)
+        if joinable:
+            q.task_done()
+        if item is None:
+            break
+        got.append(item)
+    out.put(got)
+
+
+def ticketed_sends(send, lock, ticket, count: int) -> None:
+    """``count`` times: under ``lock``, take the next ticket and send it; a send that
+    returned must be ahead of the sends made after it, in any process."""
+    for _ in range(count):
+        with lock:
+            ticket.value += 1
+            send(ticket.value)
+
+
+def ticketed_pipe(conn, lock, ticket, count: int) -> None:
+    ticketed_sends(conn.send, lock, ticket, count)
+
+
+def ticketed_queue(q, lock, ticket, count: int) -> None:
+    ticketed_sends(q.put, lock, ticket, count)
+
+
+def start_grandchild(target, args, done) -> None:
+    """Start ``target(*args)`` as a grandchild of the test, wait for it, report its exit."""
+    p = fiberlite.Process(target=target, args=args)
+    p.start()
+    p.join(120)
+    done.put(p.exitcode)
+
+
+def through_the_hub(blob: bytes, action: str, out) -> None:
+    """Use a queue or pipe as a process of another machine would (no lane: the creator's
+    hub acts for it); ``blob`` is the object pickled by the test."""
+    fiberlite.init(share_machine=False)
+    obj = pickle.loads(blob)
+    if action == "queue":
+        assert obj._lane is None
+        for i in range(300):
+            obj.put(i)
+        out.put([obj.get(timeout=30) for _ in range(3)])
+        out.put(obj.qsize())
+    elif action == "joinable":
+        items = [obj.get(timeout=30) for _ in range(5)]
+        for _ in items:
+            obj.task_done()
+        out.put(items)
+    elif action == "pipe":
+        assert obj._lanes is None
+        out.put(obj.poll(30))
+        got = [obj.recv() for _ in range(3)]
+        obj.send_bytes(b"raw")
+        for item in got:
+            obj.send(item * 10)
+        out.put(got)
+        try:
+            obj.recv()
+        except EOFError:
+            out.put("EOF")
+
+
+def init_queue(q) -> None:
+    global _pool_queue
+    _pool_queue = q
+
+
+def put_square(x: int) -> int:
+    _pool_queue.put(x * x)
+    return x
+
+
+def put_large(q, count: int, size: int) -> None:
+    for i in range(count):
+        q.put(bytes([i % 256]) * size)
