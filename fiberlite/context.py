@@ -182,7 +182,7 @@ class BaseContext:
     # -- jobs in numbers --------------------------------------------------------------------
     def Pool(self, processes: int | None = None, initializer: Any = None, initargs: tuple = (),
              maxtasksperchild: int | None = None):
-        from .pool.pool import Pool
+        from .pool.master.pool import Pool
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
 
     def Manager(self, address: Any = None, authkey: bytes | None = None):

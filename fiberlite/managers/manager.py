@@ -73,7 +73,7 @@ def Array(typecode: str, sequence: Any, lock: Any = True) -> array.array:
 
 def _make_pool(processes: int | None = None, initializer: Callable | None = None,
                initargs: tuple = (), maxtasksperchild: int | None = None) -> Any:
-    from ..pool.pool import Pool
+    from ..pool.master.pool import Pool
     return Pool(processes, initializer, initargs, maxtasksperchild)
 
 

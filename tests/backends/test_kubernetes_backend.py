@@ -279,7 +279,7 @@ def test_pool_packs_workers_into_pods_and_survives_a_lost_one(kube):
 
 
 def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
-    from fiberlite.pool.results import BrokenPoolError
+    from fiberlite.pool.master.results import BrokenPoolError
     fiberlite.init(image="registry.invalid/missing:1")
     kube.server.image_pull_fails("registry.invalid/missing:1")
     started = time.monotonic()

@@ -1,7 +1,7 @@
 """How a pool's workers are packed into jobs.
 
 A job of its own for each worker costs an interpreter start and a connection to the
-master per worker. A host job (:mod:`.host`) runs many workers, forked from its
+master per worker. A host job (:mod:`..job.host`) runs many workers, forked from its
 template, over one connection. How many one job runs is the ``workers_per_job``
 setting; by default, the pool's backend says (``Backend.workers_per_job``): the local
 backend shares the workers among the machine's CPUs (one host per CPU), Slurm fills a
@@ -11,9 +11,9 @@ is tens or hundreds of jobs.
 """
 from __future__ import annotations
 
-from .. import config
-from ..backends import get_backend
-from ..runtime.limits import RESERVED, open_file_limit, raise_open_file_limit
+from ... import config
+from ...backends import get_backend
+from ...runtime.limits import RESERVED, open_file_limit, raise_open_file_limit
 
 DESCRIPTORS_PER_JOB = 4  # what a job costs its master: connection, sentinel, pipes
 

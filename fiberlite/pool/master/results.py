@@ -16,7 +16,7 @@ import traceback
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterator
 
-from ..errors import BrokenPoolError, TimeoutError, WorkerLostError  # re-exported
+from ...errors import BrokenPoolError, TimeoutError, WorkerLostError  # re-exported
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
