@@ -343,7 +343,7 @@ def test_a_pool_of_many_pods_maps_while_its_later_pods_are_created(kube, monkeyp
     """Pool() returns once its first round of pods is created: here the API server holds
     every creation after the second until told, and the map runs meanwhile on the two
     pods there are; the others join once created."""
-    from fiberlite.pool import core as pool_core
+    from fiberlite.pool.master import core as pool_core
     monkeypatch.setattr(pool_core, "START_CONCURRENCY", 2)
     fiberlite.init(cpu=2)
     api, created, go_on = kube.server.api, [], threading.Event()
