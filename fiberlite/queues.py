@@ -14,7 +14,7 @@ Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.rou
 from __future__ import annotations
 
 import queue
-from typing import Any
+from typing import Any, Callable
 
 from . import observe
 from .runtime import handles
@@ -137,6 +137,32 @@ class QueueServant(LinkingServant):
         self.run_actions(actions)
 
 
+class QueueView:
+    """What a queue shows the run's page, read afresh at each look, in the process that
+    created it (:meth:`Queue.view`)."""
+
+    def __init__(self, queue: Any, servant: QueueServant) -> None:
+        self.name = f"{type(queue).__name__} {queue._ref.oid}"
+        self._channel = servant.channel
+        self._servant = servant
+
+    size = property(lambda self: len(self._channel.items), doc="items in the queue")
+    maxsize = property(lambda self: self._channel.maxsize, doc="0: unbounded")
+    readers = property(lambda self: len(self._channel.getters), doc="gets waiting for an item")
+    writers = property(lambda self: len(self._channel.putters), doc="puts waiting for room")
+    total = property(lambda self: self._channel.enqueued, doc="items ever put")
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed()`` after each change of the queue's state, on the thread of the
+        change (it must return at once)."""
+        self._servant.watcher = changed
+
+
+def _view(queue: Any) -> QueueView | None:
+    servant = queue._servant
+    return None if servant is None else QueueView(queue, servant)
+
+
 class Queue:
     """A process-shared FIFO queue (``multiprocessing.Queue``)."""
 
@@ -205,6 +231,10 @@ class Queue:
     def cancel_join_thread(self) -> None:
         """Accepted for compatibility: puts are never left behind, so there is nothing to cancel."""
 
+    def view(self) -> QueueView | None:
+        """A read-only view of the queue for the run's page; None in another process."""
+        return _view(self)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._ref.oid}@{self._ref.address}>"
 
@@ -257,6 +287,10 @@ class SimpleQueue:
 
     def close(self) -> None:
         self._closed = True
+
+    def view(self) -> QueueView | None:
+        """A read-only view of the queue for the run's page; None in another process."""
+        return _view(self)
 
     def __repr__(self) -> str:
         return f"<SimpleQueue {self._ref.oid}@{self._ref.address}>"

@@ -15,6 +15,7 @@ import math
 import os
 import threading
 import weakref
+from dataclasses import replace
 from multiprocessing.connection import wait as wait_for
 from typing import Any
 
@@ -239,8 +240,9 @@ class Core:
         process = self.process_type(
             target=host_main, name=f"PoolHost-{hid}", daemon=True,
             args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
-        process._waits_for_capacity = True  # the pool works with the jobs that start
-        process._hosted_workers = count  # JobSpec.workers: a backend may size the job by it
+        # the pool works with the jobs that start; a backend may size the job by its workers
+        process.launch_options = replace(process.launch_options, waits_for_capacity=True,
+                                         workers=count)
         try:
             process.start()
         except BaseException:
@@ -262,7 +264,7 @@ class Core:
         process = self.process_type(
             target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
             args=(HubUpstream(self.ref), wid, self.initializer, self.initargs, self.maxtasks))
-        process._waits_for_capacity = True  # the pool works with the jobs that start
+        process.launch_options = replace(process.launch_options, waits_for_capacity=True)
         self.dispatcher.add_worker(wid)
         try:
             process.start()

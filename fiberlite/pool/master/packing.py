@@ -22,7 +22,7 @@ def workers_per_job(processes: int, process_type: type) -> int:
     """Workers one job of the pool runs (1: each worker is a job of its own)."""
     wanted = config.get("workers_per_job")
     if wanted is None:
-        backend = get_backend(getattr(process_type, "_backend_name", None) or config.get("backend"))
+        backend = get_backend(process_type.launch_options.backend_name())
         wanted = backend.workers_per_job(processes, config.get("cpu"))
         if wanted > 1:  # a worker costs its host a descriptor; a host here inherits our limits
             raise_open_file_limit()

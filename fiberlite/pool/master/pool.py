@@ -69,6 +69,7 @@ from .records import BROKEN, CLOSE, RUN, TERMINATE
 from .feeding import SLICEABLE, doubling, feed
 from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
                       MapResult)
+from .view import PoolView
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
@@ -117,6 +118,12 @@ class Pool:
         self._core = Core(processes, initializer, tuple(initargs), maxtasksperchild,
                            Process if context is None else context.Process)
         observe.notice("pool", self)
+
+    def view(self) -> PoolView | None:
+        """A read-only view of the pool's workers and queue, for the run's page (None
+        once the pool is gone)."""
+        core = getattr(self, "_core", None)
+        return None if core is None else PoolView(core)
 
     # -- state -----------------------------------------------------------------------------
     def _check_running(self) -> Core:
