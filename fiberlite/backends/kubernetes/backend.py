@@ -3,7 +3,7 @@
 :class:`KubernetesBackend` keeps one :class:`~fiberlite.backends.kubernetes.session.Session`
 per cluster configuration (kubeconfig and namespace settings), which creates and follows
 the jobs; the backend hands each job's calls to its session and answers the command
-line (``fiberlite ps``, ``clean``, ``logs``) itself.
+line (``fiberlite run``, ``ps``, ``clean``, ``logs``) itself.
 
 - A job is a pod (``restartPolicy: Never``) labelled with its run, name and parent;
   when this process runs in a pod, children get an ownerReference to it (Kubernetes
