@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ... import config
 from ...backends import get_backend
+from ...runtime.launch_options import LaunchOptions
 from ...runtime.limits import RESERVED, open_file_limit, raise_open_file_limit
 
 DESCRIPTORS_PER_JOB = 4  # what a job costs its master: connection, sentinel, pipes
@@ -22,7 +23,8 @@ def workers_per_job(processes: int, process_type: type) -> int:
     """Workers one job of the pool runs (1: each worker is a job of its own)."""
     wanted = config.get("workers_per_job")
     if wanted is None:
-        backend = get_backend(process_type.launch_options.backend_name())
+        options = getattr(process_type, "launch_options", None) or LaunchOptions()
+        backend = get_backend(options.backend_name())
         wanted = backend.workers_per_job(processes, config.get("cpu"))
         if wanted > 1:  # a worker costs its host a descriptor; a host here inherits our limits
             raise_open_file_limit()
