@@ -219,11 +219,13 @@ def test_launch_options_travel_with_the_process_into_its_job_spec():
     carries to its job (pickled with it) and that become its JobSpec."""
     from dataclasses import replace
     from fiberlite.runtime.launch_options import LaunchOptions
-    from fiberlite.runtime.launcher import job_spec
+    from fiberlite.runtime.launcher import job_spec, pack_process
     assert fiberlite.Process.launch_options == LaunchOptions()  # the configured backend
     local = fiberlite.get_context("local")
     p = local.Process(target=jobs.noop)
     assert p.launch_options == LaunchOptions(backend="local") and p.launch is None
+    clone = pack_process(p).unpack()  # as it travels to its job: its class's options with it
+    assert type(clone).launch_options == LaunchOptions(backend="local")
     p.launch_options = replace(p.launch_options, waits_for_capacity=True, workers=3)
     spec = job_spec(p, "local", "tcp://127.0.0.1:1", 1)
     assert spec.waits_for_capacity and spec.workers == 3
