@@ -1,6 +1,6 @@
 """A pool's master driven by simulated workers, for sizes no machine here can start.
 
-The simulated workers are hosted (as a pool's workers are, :mod:`fiberlite.pool.host`):
+The simulated workers are hosted (as a pool's workers are, :mod:`fiberlite.pool.job.host`):
 each host posts its workers' requests to the master's real ``HostRelay`` and
 ``Dispatcher`` and polls for the answers, in this process, without sockets. Each worker
 asks for one chunk at a time and returns its result with its next request, at once.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 from fiberlite.pool.chunks import pack
-from fiberlite.pool.dispatch import Dispatcher
-from fiberlite.pool.relay import HostRelay
+from fiberlite.pool.master.dispatch import Dispatcher
+from fiberlite.pool.master.relay import HostRelay
 from fiberlite.wire.codec import Payload
 
 WORKERS_PER_HOST = 100

@@ -74,7 +74,7 @@ class Cluster:
 
 def sample(cluster: Cluster, workers: int, concurrency: int, counts: dict[str, list[int]]) -> dict:
     """One pool: the three times in seconds from ``Pool()``."""
-    from fiberlite.pool import core
+    from fiberlite.pool.master import core
     core.START_CONCURRENCY = concurrency
     pods_before = cluster.requests("POST", "/pods")
     watches_before = cluster.requests("GET", "/pods", watch=True)

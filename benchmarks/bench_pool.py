@@ -328,6 +328,7 @@ class _StubProcess:
     def __init__(self, ctx: _StubContext, target: Any = None, name: str = "", daemon: bool = True,
                  args: tuple = ()) -> None:
         self._ctx, self._args = ctx, args
+        self.launch_options = ctx.launch_options  # what the pool marks on its jobs
         self.sentinel = ctx.sentinel
         self.exitcode: int | None = None
 
@@ -352,6 +353,8 @@ class _StubContext:
         self._read, self._write = os.pipe()  # never written: the stubs never 'exit'
         self.sentinel = self._read
         self.started: list[tuple[Any, int]] = []
+        from fiberlite.runtime.launch_options import LaunchOptions
+        self.launch_options = LaunchOptions()
 
     def Process(self, **kwargs: Any) -> _StubProcess:
         return _StubProcess(self, **kwargs)

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import config, errors, process
 from .backends import backend_target, known_backends
+from .runtime.launch_options import LaunchOptions
 
 START_METHODS = ("spawn", "fork", "forkserver")
 
@@ -31,7 +32,7 @@ class BaseContext:
             self.Process = process.Process
         else:
             self.Process = type("Process", (process.Process,), {
-                "_backend_name": backend, "__module__": process.__name__,
+                "launch_options": LaunchOptions(backend=backend), "__module__": process.__name__,
                 "__qualname__": "Process", "__doc__": process.Process.__doc__})
 
     def __repr__(self) -> str:
@@ -182,7 +183,7 @@ class BaseContext:
     # -- jobs in numbers --------------------------------------------------------------------
     def Pool(self, processes: int | None = None, initializer: Any = None, initargs: tuple = (),
              maxtasksperchild: int | None = None):
-        from .pool.pool import Pool
+        from .pool.master.pool import Pool
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
 
     def Manager(self, address: Any = None, authkey: bytes | None = None):

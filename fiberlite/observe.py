@@ -10,7 +10,7 @@ so a notice costs a look at one name and a call over an empty list.
 Events: ``process`` (a started Process), ``pool``, ``batch`` (a pool's dispatcher and a
 call's group), ``tasks`` (a sink, the count of tasks that failed, the error),
 ``finished`` (a sink that has every result, or gave up: the call is over; a watcher
-reads the tasks done from the sink, ``_progress()``), ``worker_lost`` (a dispatcher,
+reads the tasks done from the sink, ``progress()``), ``worker_lost`` (a dispatcher,
 the worker's id, the cause, chunks given back), ``queue``, ``manager``, ``ring``.
 """
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from . import observe
 from .runtime import exit_order, identity, main_script
+from .runtime.launch_options import LaunchOptions
 from .runtime.exit_codes import exit_name
 
 _children: set["Process"] = set()
@@ -114,7 +115,8 @@ def _reap() -> None:
 class Process:
     """A job running ``target(*args, **kwargs)``, with ``multiprocessing.Process``'s API."""
 
-    _backend_name: str | None = None  # bound by a context; None means the configured backend
+    # the job's backend (bound by a context's class), and what a pool says of its jobs
+    launch_options: LaunchOptions = LaunchOptions()
 
     def __init__(self, group: None = None, target: Callable[..., Any] | None = None,
                  name: str | None = None, args: Iterable[Any] = (),
@@ -228,6 +230,13 @@ class Process:
     @authkey.setter
     def authkey(self, authkey: bytes) -> None:
         self._authkey = bytes(authkey)
+
+    @property
+    def launch(self) -> Any:
+        """The started job (a :class:`~fiberlite.runtime.launcher.Launch`: its backend,
+        :class:`~fiberlite.backends.Job` and return code), None before :meth:`start` and
+        after :meth:`close`; what the run's page reads."""
+        return self._popen
 
     @property
     def exitcode(self) -> int | None:

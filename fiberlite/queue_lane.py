@@ -30,7 +30,7 @@ from .runtime.links.frames import EOF
 from .sharedctypes import RawArray
 from .synchronize import Condition
 
-ITEMS, UNFINISHED = 0, 1  # the state's two counts
+ITEMS, UNFINISHED, TOTAL = 0, 1, 2  # the state's counts (TOTAL: items ever put)
 FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is leaving this often
 DRAIN_PATIENCE = 0.5  # at exit, how long a queue's creator waits for readers to take more
 
@@ -52,15 +52,18 @@ class QueueState:
     def __init__(self, maxsize: int, joinable: bool, counts: Any = None, cond: Any = None) -> None:
         self.maxsize = maxsize
         self.joinable = joinable
-        self.counts = RawArray("i", 2) if counts is None else counts
+        self.counts = RawArray("i", 3) if counts is None else counts
         self.cond = Condition() if cond is None else cond
         self._items = _address(self.counts, ITEMS) if not maxsize else None
+        self._total = _address(self.counts, TOTAL)
 
     def __reduce__(self):
         return (QueueState, (self.maxsize, self.joinable, self.counts, self.cond))
 
     def reserve(self, block: bool, timeout: float | None) -> None:
         """Count one more item (waiting for room in a bounded queue: ``queue.Full``)."""
+        if self._total is not None:
+            _atomic_add(self._total, 1)
         if self._items is not None and not self.joinable:
             _atomic_add(self._items, 1)
             return
@@ -93,6 +96,10 @@ class QueueState:
 
     def qsize(self) -> int:
         return max(0, self.counts[ITEMS])
+
+    def total(self) -> int:
+        """Items ever put (modulo 2**32)."""
+        return self.counts[TOTAL] & 0xFFFFFFFF
 
     def task_done(self) -> None:
         with self.cond:
@@ -129,6 +136,7 @@ class QueueLane:
         self._feeder: threading.Thread | None = None
         self._stop = False
         self.ref: Any = None  # the queue's, where what is left is handed over at exit
+        self.watcher: Any = None  # called after each put and get of this process (the page)
 
     @classmethod
     def new(cls, maxsize: int, joinable: bool) -> tuple["QueueLane", Any]:
@@ -144,6 +152,8 @@ class QueueLane:
     def put(self, payload: Any, block: bool = True, timeout: float | None = None) -> None:
         self.state.reserve(block, timeout)
         self.send(payload)
+        if self.watcher is not None:
+            self.watcher()
 
     def send(self, payload: Any) -> None:
         """Send ``payload`` without waiting for a reader: what finds no room waits here."""
@@ -215,6 +225,8 @@ class QueueLane:
         if payload is None or payload is EOF:
             raise queue.Empty
         self.state.taken()
+        if self.watcher is not None:
+            self.watcher()
         return payload
 
     def empty(self) -> bool:

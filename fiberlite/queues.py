@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import queue
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from . import observe
 from .queue_lane import QueueLane
@@ -197,6 +197,41 @@ class QueueServant(LinkingServant):
         self.run_actions(actions)
 
 
+class QueueView:
+    """What a queue shows the run's page, read afresh at each look, in the process that
+    created it (:meth:`Queue.view`)."""
+
+    def __init__(self, queue: Any, servant: QueueServant) -> None:
+        self.name = f"{type(queue).__name__} {queue._ref.oid}"
+        self._channel = servant.channel
+        self._servant = servant
+        self._state = servant.lane.state if servant.lane is not None else None
+
+    # (a queue with a lane: its counts; who waits on a lane is the kernel's to know)
+    size = property(lambda self: self._state.qsize() if self._state else len(self._channel.items),
+                    doc="items in the queue")
+    maxsize = property(lambda self: self._channel.maxsize, doc="0: unbounded")
+    readers = property(lambda self: 0 if self._state else len(self._channel.getters),
+                       doc="gets waiting for an item")
+    writers = property(lambda self: 0 if self._state else len(self._channel.putters),
+                       doc="puts waiting for room")
+    total = property(lambda self: self._state.total() if self._state else self._channel.enqueued,
+                     doc="items ever put")
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed()`` after each change of the queue's state, on the thread of the
+        change (it must return at once): of this process's puts and gets, for a queue with
+        a lane (what others do there is seen at the next look)."""
+        self._servant.watcher = changed
+        if self._servant.lane is not None:
+            self._servant.lane.watcher = changed
+
+
+def _view(queue: Any) -> QueueView | None:
+    servant = queue._servant
+    return None if servant is None else QueueView(queue, servant)
+
+
 class Queue:
     """A process-shared FIFO queue (``multiprocessing.Queue``)."""
 
@@ -286,6 +321,10 @@ class Queue:
     def cancel_join_thread(self) -> None:
         """Accepted for compatibility: puts are never left behind, so there is nothing to cancel."""
 
+    def view(self) -> QueueView | None:
+        """A read-only view of the queue for the run's page; None in another process."""
+        return _view(self)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._ref.oid}@{self._ref.address}>"
 
@@ -363,6 +402,10 @@ class SimpleQueue:
 
     def close(self) -> None:
         self._closed = True
+
+    def view(self) -> QueueView | None:
+        """A read-only view of the queue for the run's page; None in another process."""
+        return _view(self)
 
     def __repr__(self) -> str:
         return f"<SimpleQueue {self._ref.oid}@{self._ref.address}>"

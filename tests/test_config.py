@@ -189,8 +189,9 @@ def test_a_plugin_backend_declares_settings_read_when_it_is_chosen(toy_plugin, m
 def test_a_plugin_setting_named_in_code_or_file_is_found(toy_plugin):
     fiberlite.init(toy_slots=5)  # backend still local: the name makes the entry points be read
     assert config.get("toy_slots") == 5 and config.get("toy_queue") == "default"
-    from fiberlite.pool.packing import workers_per_job
-    toy = type("ToyProcess", (), {"_backend_name": "toy"})
+    from fiberlite.pool.master.packing import workers_per_job
+    from fiberlite.runtime.launch_options import LaunchOptions
+    toy = type("ToyProcess", (), {"launch_options": LaunchOptions(backend="toy")})
     assert workers_per_job(12, toy) == 5 and workers_per_job(3, toy) == 3  # the backend says, up to the pool
     with pytest.raises(ConfigError, match="unknown setting 'toy_colour'.*toy_queue, toy_slots"):
         config.get("toy_colour")

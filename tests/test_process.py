@@ -214,6 +214,31 @@ def test_contexts_and_start_methods():
     fiberlite.set_start_method("spawn", force=True)
 
 
+def test_launch_options_travel_with_the_process_into_its_job_spec():
+    """A context's backend and a pool's marks are public launch options that a Process
+    carries to its job (pickled with it) and that become its JobSpec."""
+    from dataclasses import replace
+    from fiberlite.runtime.launch_options import LaunchOptions
+    from fiberlite.runtime.launcher import job_spec, pack_process
+    assert fiberlite.Process.launch_options == LaunchOptions()  # the configured backend
+    local = fiberlite.get_context("local")
+    p = local.Process(target=jobs.noop)
+    assert p.launch_options == LaunchOptions(backend="local") and p.launch is None
+    clone = pack_process(p).unpack()  # as it travels to its job: its class's options with it
+    assert type(clone).launch_options == LaunchOptions(backend="local")
+    p.launch_options = replace(p.launch_options, waits_for_capacity=True, workers=3)
+    spec = job_spec(p, "local", "tcp://127.0.0.1:1", 1)
+    assert spec.waits_for_capacity and spec.workers == 3
+    assert job_spec(local.Process(target=jobs.noop), "local", "tcp://127.0.0.1:1", 1).workers == 1
+    q = local.Queue()
+    child = local.Process(target=jobs.report_launch_options, args=(q,))
+    child.launch_options = replace(child.launch_options, workers=2)
+    child.start()
+    assert child.launch is not None and child.launch.job.spec.workers == 2
+    assert q.get(timeout=30) == LaunchOptions(backend="local", workers=2)
+    child.join()
+
+
 def test_exceptions_exported():
     import multiprocessing
     assert fiberlite.ProcessError is multiprocessing.ProcessError

@@ -183,3 +183,68 @@ def test_the_checks_see_what_they_look_for(tmp_path):
                       "def f():\n    from .pkg import z\n    from .y import thing\n")
     assert sorted(imports_of("fiberlite.x", str(source), known)) == ["fiberlite.pkg.z", "fiberlite.y"]
     assert {os.path.basename(path) for path in c_sources()} >= {"sync.h", "mutex.c"}
+
+
+def _parsed(folder: str) -> Iterator[tuple[str, ast.AST]]:
+    """``(path, tree)`` of every module of ``fiberlite/<folder>``."""
+    for name, path in modules().items():
+        if name == f"{PACKAGE}.{folder}" or name.startswith(f"{PACKAGE}.{folder}."):
+            with open(path, encoding="utf-8") as file:
+                yield os.path.relpath(path, ROOT), ast.parse(file.read(), path)
+
+
+def backend_names_in(tree: ast.AST) -> set[str]:
+    """Built-in backends' names the code uses: in a name, an attribute, an import or a
+    string that is nothing else (prose, such as help text, does not count)."""
+    from fiberlite.plugins import BUILTIN
+    words: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            words.append(node.id)
+        elif isinstance(node, (ast.Attribute,)):
+            words.append(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.arg, ast.alias)):
+            words.append(getattr(node, "name", None) or getattr(node, "arg", ""))
+            words.append(getattr(node, "asname", None) or "")
+        elif isinstance(node, ast.ImportFrom):
+            words.append(node.module or "")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in BUILTIN:
+            words.append(node.value)
+    parts = {part for word in words for part in word.replace(".", "_").split("_")}
+    return parts & set(BUILTIN)
+
+
+def test_the_command_line_knows_no_backend_by_name():
+    """``fiberlite run``, ``clean``... reach each backend through its ``Backend`` hooks."""
+    found = {path: sorted(names) for path, tree in _parsed("cli") if (names := backend_names_in(tree))}
+    assert not found, f"backends named in the command line: {found}"
+
+
+def foreign_private_reads(tree: ast.AST) -> list[str]:
+    """Attributes named ``_x`` (not ``__x__``) read from another object than ``self``, also
+    through ``getattr``/``hasattr``/``setattr`` with a constant name."""
+    private = lambda name: name.startswith("_") and not name.endswith("__")  # noqa: E731
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr) and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            found.append(ast.unparse(node))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and private(str(node.args[1].value))):
+            found.append(ast.unparse(node))
+    return found
+
+
+def test_the_dashboard_reads_only_public_views():
+    """The run's page reads what the objects show it (``Pool.view()``, ``Process.launch``,
+    ``Queue.view()``...), never their internals."""
+    found = {path: reads for path, tree in _parsed("dashboard") if (reads := foreign_private_reads(tree))}
+    assert not found, f"private attributes of other objects read by the dashboard: {found}"
+
+
+def test_the_name_checks_see_what_they_look_for():
+    code = ast.parse("from ..backends.local import runs\nif name == 'docker': run_slurm(pool._core)\n"
+                     "getattr(p, '_popen')\nself._own\nx.__class__\nhelp = 'a local door'\n")
+    assert backend_names_in(code) == {"local", "docker", "slurm"}
+    assert sorted(foreign_private_reads(code)) == ["getattr(p, '_popen')", "pool._core"]

@@ -7,10 +7,12 @@ import codecs
 import enum
 import importlib
 import json
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import ConfigError
+from ..errors import BackendError, ConfigError
 
 # labels on every job of a run (``JobSpec.labels``): backends find a run's jobs by them
 RUN_LABEL = "fiberlite/run"
@@ -82,6 +84,26 @@ class JobSpec:
     # options for this job that only some backends take (``Backend.job_options``), such as
     # kubernetes' ``service_account``; a backend refuses one it does not take
     options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MasterRun:
+    """What ``fiberlite run`` asks of a backend's :meth:`Backend.run_master`: run
+    ``spec`` as the master job of run ``run_id`` and show its output here."""
+
+    run_id: str
+    # the master job: its command runs the script (``python SCRIPT ARGS...``, or the
+    # entry into the working directory it is given), its env names the run and backend
+    spec: JobSpec
+    # the start-up view: ``progress(label, jobs, interval)`` shows how many of ``jobs()``
+    # (as :meth:`Backend.list_jobs` gives them) are pending, running and done, every
+    # ``interval`` seconds, until its ``stop()``, called before the master's output shows
+    progress: Callable[[str, Callable[[], list], float], Any]
+    # where the master serves the run's page (setting ``dashboard``), if asked
+    dashboard: tuple[str, int] | None = None
+    # the command's options that shape the master job and were given (``--image``,
+    # ``--cpu``...): a backend that ignores some says so
+    given: tuple[str, ...] = ()
 
 
 class JobState(enum.Enum):
@@ -205,6 +227,68 @@ class Backend(abc.ABC):
         the job (so that a caller can try another backend)."""
         raise NotImplementedError(f"the {self.name} backend keeps no logs")
 
+    def clean(self, run_id: str | None = None) -> int:
+        """``fiberlite clean``: :meth:`cleanup_run`, and whatever else the command line
+        kept of the run (local: the master's log); returns how many jobs were removed."""
+        return self.cleanup_run(run_id)
+
+    def build_image(self, tag: str, context: str) -> None:
+        """``fiberlite run --build``: build image ``tag`` from ``context``'s Dockerfile
+        for the run's jobs, its output on stderr; a backend whose jobs run no image refuses."""
+        raise ConfigError(f"--build: the {self.name} backend runs no container image")
+
+    def open_page(self, job: Job, address: tuple[str, int]) -> Any:
+        """``fiberlite run --dashboard``: the master job ``job`` serves the run's page at
+        ``address`` in its own network; say on stderr how to open it from here, and
+        return what makes it reachable here (its ``close()`` is called when the run
+        ends), or None. By default nothing: the page is as reachable as the job."""
+        return None
+
+    def run_master(self, run: MasterRun) -> int:
+        """``fiberlite run``: run the master job ``run.spec`` to its end, its output shown
+        here as it comes; the command's exit status (128 + N when signal N killed it).
+        By default: :meth:`create_job`, :meth:`open_page`, :meth:`stream_logs` and
+        :meth:`wait`, then :meth:`cleanup_run` of the whole run. A backend whose master
+        runs otherwise (local: a child process of the command) overrides it."""
+        job = self.create_job(run.spec)  # an option it does not take: a ConfigError, one line
+        page = self.open_page(job, run.dashboard) if run.dashboard else None
+        progress = run.progress(f"fiberlite: run {run.run_id} [{self.name}]",
+                                lambda: self.list_jobs(run.run_id), 1.0)
+        try:
+            code = None
+            while code is None and self.status(job) is JobState.PENDING:
+                code = self.wait(job, 0.25)
+            self._show_output(job.id, progress, quiet=code is not None)
+            code = self.wait(job)
+        finally:
+            progress.stop()
+            if page is not None:
+                page.close()
+        try:
+            try:
+                self.cleanup_run(run.run_id)  # the master's job and anything left of the run
+            except NotImplementedError:
+                self.cleanup(job)
+        except Exception as exc:
+            sys.stderr.write(f"fiberlite: clean-up of run {run.run_id} failed: {exc}\n")
+        return exit_status(code)
+
+    def _show_output(self, job_name: str, progress: Any, quiet: bool) -> None:
+        """Print the master's output as it comes (``quiet``: it never started, errors
+        are expected)."""
+        try:
+            for text in self.stream_logs(job_name, follow=True):
+                progress.stop()
+                sys.stdout.write(text)
+                sys.stdout.flush()
+        except LookupError:
+            pass  # gone already: its exit code tells the rest
+        except NotImplementedError:
+            sys.stderr.write(f"fiberlite: this backend cannot stream the output of {job_name}\n")
+        except BackendError as exc:
+            if not quiet:
+                sys.stderr.write(f"fiberlite: cannot show the output of {job_name}: {exc}\n")
+
 
 def lazy_exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
     """A ``__getattr__`` for a backend's package: each of ``names`` is imported from its
@@ -228,6 +312,34 @@ def decode_stream(chunks: Iterable[bytes]) -> Iterator[str]:
     tail = decoder.decode(b"", final=True)
     if tail:
         yield tail
+
+
+def build_with_docker(tag: str, context: str) -> None:
+    """``docker build -t tag context`` with this machine's Docker engine (the Docker SDK),
+    its output on stderr: :meth:`Backend.build_image` of the backends that run images."""
+    if not os.path.isfile(os.path.join(context, "Dockerfile")):
+        raise ConfigError(f"--build: no Dockerfile in {os.path.abspath(context)}")
+    try:
+        import docker
+        from docker.errors import APIError, DockerException
+    except ImportError:
+        raise BackendError("--build needs the Docker SDK: pip install 'fiberlite[docker]'") from None
+    try:
+        client = docker.from_env()
+        for chunk in client.api.build(path=context, tag=tag, rm=True, decode=True):
+            if "stream" in chunk:
+                sys.stderr.write(chunk["stream"])
+            if "error" in chunk:
+                raise BackendError(f"docker build of {tag} failed: {chunk['error'].strip()}")
+    except (APIError, DockerException) as exc:
+        raise BackendError(f"cannot build {tag} with Docker: {' '.join(str(exc).split())}; "
+                           "is the Docker daemon running?") from None
+
+
+def exit_status(code: int) -> int:
+    """A job's exit code (``-N``: killed by signal N) as a command's exit status, as a
+    shell reports it (128+N)."""
+    return 128 - code if code < 0 else code
 
 
 def exit_code(status: int) -> int:

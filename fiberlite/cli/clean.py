@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..runtime.tree.claim import sweep
 from .common import apply_settings, backend_option, chosen_backends, cluster_options, on_backends
 
 
@@ -26,12 +27,9 @@ def main(args: argparse.Namespace) -> int:
     what = f"run {args.run}" if args.run else "all runs"
 
     def clean(name, backend) -> None:
-        removed = backend.cleanup_run(args.run)
+        removed = backend.clean(args.run)
         sys.stdout.write(f"{name}: removed {removed} job{'s' if removed != 1 else ''} of {what}\n")
-        if name == "local":
-            from ..backends.local import runs as local_runs
-            from ..runtime.tree.claim import sweep
-            local_runs.remove_logs(args.run)
-            sweep()  # copies of working directories whose jobs ended here without removing them
 
-    return on_backends(names, clean)
+    status = on_backends(names, clean)
+    sweep()  # copies of working directories whose jobs ended here without removing them
+    return status

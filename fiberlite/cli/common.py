@@ -46,14 +46,16 @@ def backend(name: str) -> Backend:
         raise CliError(f"the {name} backend is not available: {exc}") from None
 
 
+DEFAULT_BACKEND = next(s.default for s in config.CORE if s.name == "backend")
+
+
 def chosen_backends(names: list[str] | None) -> list[str]:
     """Backend names from repeated ``--backend`` (``all`` = every known one); the default is
-    local plus the configured backend."""
+    the default backend (this machine's) plus the configured one."""
     if not names:
-        configured = config.get("backend")
-        return ["local"] + ([configured] if configured != "local" else [])
+        return list(dict.fromkeys([DEFAULT_BACKEND, config.get("backend")]))
     if "all" in names:
-        return sorted(known_backends(), key=lambda n: (n != "local", n))
+        return sorted(known_backends(), key=lambda n: (n != DEFAULT_BACKEND, n))
     unknown = [n for n in names if n not in known_backends()]
     if unknown:
         raise CliError(f"unknown backend {unknown[0]!r}; available: "
@@ -79,5 +81,5 @@ def on_backends(names: list[str], action: Callable[[str, Backend], None]) -> int
 
 def backend_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", action="append", metavar="NAME",
-                        help="local, docker, kubernetes, slurm or all; repeatable "
-                             "(default: local and the configured backend)")
+                        help=f"{', '.join(sorted(known_backends()))} or all; repeatable "
+                             f"(default: {DEFAULT_BACKEND} and the configured backend)")

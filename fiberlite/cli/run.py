@@ -1,9 +1,9 @@
 """``fiberlite run script.py``: the script as the master job of a new run.
 
-local: a child process of this command (its output is shown and kept for
-``fiberlite logs``); docker / kubernetes: a container / pod created through the
-backend with ``python script.py args...``, whose log is streamed here; slurm: a
-batch job, whose output file is streamed here. The master's
+The backend runs it (``Backend.run_master``): by default a job created through the
+backend with ``python script.py args...``, whose output is streamed here (a container,
+a pod, a batch job); a backend may run it otherwise (on this machine: a child process
+of this command, its output shown and kept for ``fiberlite logs``). The master's
 environment names the run (``FIBERLITE_RUN_ID``, ``FIBERLITE_JOB_NAME``) and the
 backend (``FIBERLITE_BACKEND``), so that the jobs it starts belong to the run.
 The command exits with the master's exit code (128 + N when a signal N killed it).
@@ -12,19 +12,16 @@ Ctrl-C or SIGTERM removes every job of the run and exits with 130 / 143.
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import signal
-import subprocess
 import sys
-import threading
-from typing import Any, BinaryIO
+from typing import Any, Callable
 
 from .. import config
-from ..backends import JobSpec, JobState, known_backends
+from ..backends import Backend, JobSpec, known_backends
+from ..backends.base import JOB_LABEL, PARENT_LABEL, RUN_LABEL, MasterRun
 from ..units import parse_count, parse_cpu, parse_memory
 from .common import CliError, apply_settings, backend, cluster_options
-from .page_hint import forward_page, kubernetes_hint
 from .progress import Progress
 from .workdir import add_options as add_working_dir_options
 from .workdir import apply as apply_working_dir
@@ -111,17 +108,17 @@ def main(args: argparse.Namespace) -> int:
            "PYTHONUNBUFFERED": "1"}
     if args.dashboard:
         env["FIBERLITE_DASHBOARD"] = "{}:{}".format(*args.dashboard)
-    if args.build:
-        if not args.image:
-            raise CliError("--build needs --image (the tag to build)", 2)
-        build_image(args.image)
+    if args.build and not args.image:
+        raise CliError("--build needs --image (the tag to build)", 2)
     target = backend(name)
     target.check_options(JobSpec(command=[], options=job_options(args)))  # before anything starts
+    if args.build:
+        target.build_image(args.image, ".")
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if name == "local":
-            return run_local(args, env, run_id, job_name)
-        return run_remote(args, target, name, env, run_id, job_name)
+        spec = master_spec(args, target, env, run_id, job_name)
+        return target.run_master(MasterRun(run_id, spec, _progress, dashboard=args.dashboard,
+                                           given=given_options(args)))
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
         for s in previous:
@@ -147,164 +144,28 @@ def job_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def exit_status(code: int) -> int:
-    return 128 - code if code < 0 else code
+def given_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """The options given that shape the master job (a backend may ignore some, and say so)."""
+    shaping = (("--image", args.image), ("--cpu", args.cpu), ("--memory", args.memory),
+               ("--gpu", args.gpu), ("--volume", args.volume), ("--working-dir", args.working_dir))
+    return tuple(option for option, value in shaping if value)
 
 
-# -- local ------------------------------------------------------------------------------------
-def run_local(args: argparse.Namespace, env: dict[str, str], run_id: str, job_name: str) -> int:
-    from ..backends.local import runs as local_runs
-    ignored = [o for o, v in (("--image", args.image), ("--cpu", args.cpu), ("--memory", args.memory),
-                              ("--gpu", args.gpu), ("--volume", args.volume),
-                              ("--working-dir", args.working_dir)) if v]
-    if ignored:
-        sys.stderr.write(f"fiberlite: {', '.join(ignored)} do(es) not apply to the local backend; ignored\n")
-    env = {**os.environ, **env, **dict(args.env)}
-    try:
-        local_runs.private_log_dir()
-    except OSError as exc:
-        raise CliError(f"cannot keep the run's log: {exc}") from None
-    local_runs.done_path(job_name).unlink(missing_ok=True)
-    with local_runs.open_private(local_runs.log_path(job_name)) as log:
-        try:
-            proc = subprocess.Popen([sys.executable, args.script, *args.args], env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except OSError as exc:
-            raise CliError(f"cannot start {args.script}: {exc}") from None
-        progress = Progress(f"fiberlite: run {run_id} [local]",
-                            lambda: local_runs.list_jobs(run_id)).start()
-        lock = threading.Lock()
-        pumps = [threading.Thread(target=_pump, args=(pipe, out, log, lock, progress), daemon=True)
-                 for pipe, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
-        for pump in pumps:
-            pump.start()
-        try:
-            code = proc.wait()
-            for pump in pumps:
-                pump.join()
-        finally:
-            progress.stop()
-            if proc.poll() is None:  # interrupted: the caller removes the run's processes
-                threading.Thread(target=_finish_log, args=(proc, pumps, job_name), daemon=True).start()
-    if proc.poll() is not None:
-        _mark_done(job_name, code)
-    return exit_status(code)
-
-
-def _pump(pipe: BinaryIO, out: Any, log: BinaryIO, lock: threading.Lock, progress: Progress) -> None:
-    """Copy the master's output to our stream and to its log, as it comes."""
-    target = getattr(out, "buffer", None)
-    fd = pipe.fileno()
-    while True:
-        data = os.read(fd, 65536)
-        if not data:
-            break
-        progress.stop()
-        with lock:
-            try:
-                if target is not None:
-                    target.write(data)
-                else:
-                    out.write(data.decode(errors="replace"))
-                out.flush()
-            except (OSError, ValueError):
-                pass
-            log.write(data)
-            log.flush()
-    pipe.close()
-
-
-def _finish_log(proc: subprocess.Popen, pumps: list, job_name: str) -> None:
-    code = proc.wait()
-    _mark_done(job_name, code)
-
-
-def _mark_done(job_name: str, code: int) -> None:
-    from ..backends.local import runs as local_runs
-    try:
-        with local_runs.open_private(local_runs.done_path(job_name)) as done:
-            done.write(f"{code}\n".encode())
-    except OSError:
-        pass
-
-
-# -- docker / kubernetes / slurm ----------------------------------------------------------------------
-def run_remote(args: argparse.Namespace, target: Any, name: str, env: dict[str, str],
-               run_id: str, job_name: str) -> int:
+def master_spec(args: argparse.Namespace, target: Backend, env: dict[str, str], run_id: str,
+                job_name: str) -> JobSpec:
+    """The master job: the script in its working directory, named and labelled as the
+    run's, with the options given."""
     image = args.image or config.get("image")
     if image:
         env["FIBERLITE_IMAGE"] = image  # the jobs of the run use it too
-    if name == "kubernetes" and config.get("namespace"):
-        env["FIBERLITE_NAMESPACE"] = config.get("namespace")
     command, tree, working_env = master_command(args, target, run_id)
     env.update(working_env)
     env.update(dict(args.env))
-    spec = JobSpec(command=command, name=job_name, image=image, env=env, tree=tree,
+    return JobSpec(command=command, name=job_name, image=image, env=env, tree=tree,
                    cpu=args.cpu, memory=args.memory, gpu=args.gpu, volumes=dict(args.volume),
-                   labels={"fiberlite/run": run_id, "fiberlite/job": job_name, "fiberlite/parent": "cli"},
+                   labels={RUN_LABEL: run_id, JOB_LABEL: job_name, PARENT_LABEL: "cli"},
                    options=job_options(args))
-    job = target.create_job(spec)  # an option the backend does not take: a ConfigError, one line
-    forward = None
-    if args.dashboard and name == "kubernetes":
-        sys.stderr.write(kubernetes_hint(target, job.id, args.dashboard))
-        forward = forward_page(target, job.id, args.dashboard)
-        if forward is not None:
-            sys.stderr.write(f"fiberlite: the master's page, through the API server: {forward.url}\n")
-    progress = Progress(f"fiberlite: run {run_id} [{name}]", lambda: target.list_jobs(run_id),
-                        interval=1.0).start()
-    try:
-        code = None
-        while code is None and target.status(job) is JobState.PENDING:
-            code = target.wait(job, 0.25)
-        _stream(target, job.id, progress, quiet=code is not None)
-        code = target.wait(job)
-    finally:
-        progress.stop()
-        if forward is not None:
-            forward.close()
-    try:
-        try:
-            target.cleanup_run(run_id)  # the master's pod/container and anything left of the run
-        except NotImplementedError:
-            target.cleanup(job)
-    except Exception as exc:
-        sys.stderr.write(f"fiberlite: clean-up of run {run_id} failed: {exc}\n")
-    return exit_status(code)
 
 
-def _stream(target: Any, job_id: str, progress: Progress, quiet: bool) -> None:
-    """Print the master's log as it comes (``quiet``: it never started, errors are expected)."""
-    from ..errors import BackendError
-    try:
-        for text in target.stream_logs(job_id, follow=True):
-            progress.stop()
-            sys.stdout.write(text)
-            sys.stdout.flush()
-    except LookupError:
-        pass  # gone already: its exit code tells the rest
-    except NotImplementedError:
-        sys.stderr.write(f"fiberlite: this backend cannot stream the output of {job_id}\n")
-    except BackendError as exc:
-        if not quiet:
-            sys.stderr.write(f"fiberlite: cannot show the output of {job_id}: {exc}\n")
-
-
-def build_image(tag: str, context: str = ".") -> None:
-    """``docker build -t tag context`` through the Docker SDK, its output on stderr."""
-    if not os.path.isfile(os.path.join(context, "Dockerfile")):
-        raise CliError(f"--build: no Dockerfile in {os.path.abspath(context)}")
-    try:
-        import docker
-        from docker.errors import APIError, DockerException
-    except ImportError:
-        raise CliError("--build needs the Docker SDK: pip install 'fiberlite[docker]'") from None
-    try:
-        client = docker.from_env()
-        for chunk in client.api.build(path=context, tag=tag, rm=True, decode=True):
-            if "stream" in chunk:
-                sys.stderr.write(chunk["stream"])
-            if "error" in chunk:
-                raise CliError(f"docker build of {tag} failed: {chunk['error'].strip()}")
-    except (APIError, DockerException) as exc:
-        raise CliError(f"cannot build {tag} with Docker: {' '.join(str(exc).split())}; "
-                       "is the Docker daemon running?") from None
+def _progress(label: str, jobs: Callable[[], list], interval: float) -> Progress:
+    return Progress(label, jobs, interval=interval).start()

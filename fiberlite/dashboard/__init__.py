@@ -43,8 +43,7 @@ def start(address: tuple[str, int] | None = None) -> str:
 def start_if_asked() -> bool:
     """Start the page if the settings ask for one and this is the top process of the run
     (never in a job: the setting is not handed down, and a job is not the top)."""
-    if config.get("dashboard") is None or not isinstance(process.current_process(),
-                                                        process._MainProcess):
+    if config.get("dashboard") is None or process.parent_process() is not None:
         return False
     start()
     return True

@@ -34,14 +34,10 @@ def hosted_workers(pools: list[PoolRecord]) -> dict[str, list[int]]:
     the pool's relay knows them."""
     found: dict[str, list[int]] = {}
     for record in pools:
-        core = getattr(record.pool(), "_core", None)
-        relay = getattr(core, "relay", None)
-        if relay is None:
-            continue
-        for hid, pids in relay.pids_by_host().items():
-            launch = getattr(core.procs.get(hid), "_popen", None)
-            if launch is not None:
-                found[launch.job.spec.name] = pids
+        pool = record.pool()
+        view = pool.view() if pool is not None else None
+        if view is not None:
+            found.update(view.hosted_pids())
     return found
 
 

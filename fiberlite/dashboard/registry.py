@@ -1,7 +1,7 @@
 """What the dashboard knows of the run: the objects the API layer reported through
 :mod:`fiberlite.observe`, and the counts it keeps of what happened to them. The tasks
 done are not counted as results arrive: a pool call's result object knows how many are
-in (``_progress()``), read when the page is drawn, and once more when the call is over."""
+in (``progress()``), read when the page is drawn, and once more when the call is over."""
 from __future__ import annotations
 
 import collections
@@ -34,8 +34,7 @@ class Batch:
     def __init__(self, gid: int, call: str, function: str, sink: Any) -> None:
         self.gid = gid
         # a map's length is known now, an imap's once its input ends, an apply is one task
-        self._total = sink._left if hasattr(sink, "_left") else (
-            None if hasattr(sink, "_length") else 1)
+        self._total: int | None = sink.progress()[1]
         self.call = call
         self.function = function
         self.sink = weakref.ref(sink)
@@ -49,11 +48,10 @@ class Batch:
     def total(self) -> int | None:
         """The tasks of the call: a map's, an imap's once its input ended, or before that
         the input's length if it told it (``len`` or ``__length_hint__``)."""
-        if self._total is not None:
-            return self._total
         sink = self.sink()
-        length = getattr(sink, "_length", None)
-        return length if length is not None else getattr(sink, "expected", None)
+        if sink is not None:
+            self._total = sink.progress()[1]
+        return self._total
 
     @property
     def done(self) -> int:
@@ -62,8 +60,7 @@ class Batch:
             return self.final
         sink = self.sink()
         if sink is not None:
-            self._seen = sink._progress()
-            total = self.total
+            self._seen, total = sink.progress()
             if self.finished is None and total is not None and self._seen >= total:
                 self.finished = time.monotonic()
         return self._seen
@@ -80,7 +77,7 @@ class PoolRecord:
 
     def __init__(self, name: str, pool: Any) -> None:
         self.name = name
-        self.pool = weakref.ref(pool)
+        self.pool = weakref.ref(pool)  # its view(): what the page shows of it
         self.batches: collections.deque[Batch] = collections.deque()
         self.losses = 0
         self.retries = 0
@@ -103,7 +100,7 @@ class JobRecord:
 
     def __init__(self, process: Any) -> None:
         self.process_name = process.name
-        self.launch = process._popen
+        self.launch = process.launch
         self.name = self.launch.job.spec.name
         self.backend = self.launch.backend
         self.started = time.time()
@@ -116,7 +113,7 @@ class Registry:
         self.lock = threading.Lock()
         self.jobs: collections.OrderedDict[str, JobRecord] = collections.OrderedDict()
         self.pools: list[PoolRecord] = []
-        self._by_dispatcher: dict[int, PoolRecord] = {}
+        self._by_source: dict[int, PoolRecord] = {}  # by what the pool's events name
         self._by_sink: dict[int, tuple[Batch, PoolRecord]] = {}
         self.queues: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
         self.managers: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
@@ -158,12 +155,12 @@ class Registry:
     def on_pool(self, pool: Any) -> None:
         record = PoolRecord(self.name("Pool"), pool)
         self.pools.append(record)
-        self._by_dispatcher[id(pool._core.dispatcher)] = record
+        self._by_source[id(pool.view().source)] = record
         self._gone_done += sum(p.done for p in self.pools if p.pool() is None)
         self.pools = [p for p in self.pools if p.pool() is not None]
 
     def on_batch(self, dispatcher: Any, group: Any) -> None:
-        record = self._by_dispatcher.get(id(dispatcher))
+        record = self._by_source.get(id(dispatcher))
         if record is None:
             return
         sink = group.sink
@@ -193,18 +190,18 @@ class Registry:
         found = self._find(sink)
         if found is not None and found[0].final is None:
             batch, record = found
-            batch.end(sink._progress())
+            batch.end(sink.progress()[0])
             record.ended += batch.final
 
     def on_worker_lost(self, dispatcher: Any, wid: int, cause: str, retried: int) -> None:
-        record = self._by_dispatcher.get(id(dispatcher))
+        record = self._by_source.get(id(dispatcher))
         if record is not None:
             record.losses += 1
             record.retries += retried
 
     def on_queue(self, queue: Any) -> None:
         self.queues[id(queue)] = queue
-        queue._servant.watcher = self._queue_changed
+        queue.view().watch(self._queue_changed)
 
     def _queue_changed(self) -> None:
         self.changed()

@@ -39,21 +39,15 @@ def batch_row(batch: Batch, now: float) -> dict:
 
 def pool_row(record: PoolRecord, registry: Registry, now: float) -> dict | None:
     pool = record.pool()
-    core = getattr(pool, "_core", None)
-    if core is None:
+    view = pool.view() if pool is not None else None
+    if view is None:
         return None
-    dispatcher = core.dispatcher
-    workers = [w for w in list(dispatcher.workers.values()) if not w.gone]
-    jobs = []
-    for process in list(core.procs.values()):
-        launch = getattr(process, "_popen", None)
-        if launch is not None:
-            jobs.append(launch.job.spec.name)
-    return {"name": record.name, "state": dispatcher.state, "size": core.processes,
-            "workers": len(workers), "ready": sum(1 for w in workers if w.ready),
-            "jobs": jobs, "hosted": core.relay is not None,
+    workers, ready = view.workers()
+    jobs = view.jobs()
+    return {"name": record.name, "state": view.state, "size": view.size,
+            "workers": workers, "ready": ready, "jobs": jobs, "hosted": view.hosted,
             "hosts": sorted(set(_hosts(registry, jobs))),
-            "pending_chunks": len(dispatcher.pending), "losses": record.losses,
+            "pending_chunks": view.pending_chunks, "losses": record.losses,
             "retries": record.retries, "done": record.done,
             "batches": [batch_row(b, now) for b in list(record.batches)][::-1],
             "errors": list(record.errors)[::-1]}
@@ -66,11 +60,9 @@ def _hosts(registry: Registry, names: list[str]) -> list[str]:
 def queue_rows(registry: Registry) -> list[dict]:
     rows = []
     for queue in list(registry.queues.values()):
-        channel = queue._servant.channel
-        rows.append({"name": f"{type(queue).__name__} {queue._ref.oid}",
-                     "size": len(channel.items), "maxsize": channel.maxsize,
-                     "readers": len(channel.getters), "writers": len(channel.putters),
-                     "total": channel.enqueued})
+        view = queue.view()
+        rows.append({"name": view.name, "size": view.size, "maxsize": view.maxsize,
+                     "readers": view.readers, "writers": view.writers, "total": view.total})
     return rows
 
 
@@ -85,9 +77,8 @@ def marks(registry: Registry) -> tuple:
     for ref in queues:
         queue = ref()
         if queue is not None:
-            channel = queue._servant.channel
-            marked.append((len(channel.items), channel.enqueued, len(channel.getters),
-                           len(channel.putters)))
+            view = queue.view()
+            marked.append((view.size, view.total, view.readers, view.writers))
     return events, tuple(marked)
 
 
@@ -113,31 +104,25 @@ def calls_running(registry: Registry) -> bool:
 def manager_rows(registry: Registry) -> list[dict]:
     rows = []
     for manager in list(registry.managers.values()):
-        process = manager._process
-        launch = getattr(process, "_popen", None)
-        rows.append({"name": getattr(process, "name", "?"),
-                     "job": launch.job.spec.name if launch is not None else None,
-                     "state": manager._state.value, "alive": bool(process and process.is_alive())})
+        view = manager.view()
+        rows.append({"name": view.name, "job": view.job, "state": view.state, "alive": view.alive})
     return rows
 
 
 def ring_rows(registry: Registry) -> list[dict]:
     rows = []
     for ring in list(registry.rings.values()):
-        rendezvous = ring._rendezvous
-        joined = dict(getattr(rendezvous, "_joined", {}))
         members = []
-        for rank, process in enumerate(list(ring.processes)):
-            launch = getattr(process, "_popen", None)
+        for member in ring.view():
+            launch = member.process.launch
             job = launch.job.spec.name if launch else None
             record = registry.jobs.get(job)
             host = host_of(record) if record is not None else None
-            members.append({"rank": rank, "job": job, "joined": rank in joined,
-                            "host": host or (joined[rank][1] if rank in joined else None),
-                            "exitcode": process.exitcode,
-                            **rendezvous.rates.of(rank, ended=process.exitcode is not None)})
+            members.append({"rank": member.rank, "job": job, "joined": member.machine is not None,
+                            "host": host or member.machine, "exitcode": member.process.exitcode,
+                            **member.rates})
         rows.append({"name": ring.name, "world_size": ring.world_size, "members": members,
-                     "joined": len(joined)})
+                     "joined": sum(1 for m in members if m["joined"])})
     return rows
 
 

@@ -14,6 +14,7 @@ import queue
 import secrets
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .. import observe
@@ -73,7 +74,7 @@ def Array(typecode: str, sequence: Any, lock: Any = True) -> array.array:
 
 def _make_pool(processes: int | None = None, initializer: Callable | None = None,
                initargs: tuple = (), maxtasksperchild: int | None = None) -> Any:
-    from ..pool.pool import Pool
+    from ..pool.master.pool import Pool
     return Pool(processes, initializer, initargs, maxtasksperchild)
 
 
@@ -119,6 +120,16 @@ def _stop(process: Any, server: ObjectRef, control: Any, state: _State, timeout:
     if process.is_alive():
         process.kill()
         process.join()
+
+
+@dataclass(frozen=True)
+class ManagerView:
+    """What a started manager shows the run's page (:meth:`BaseManager.view`)."""
+
+    name: str  # its server job's process name
+    job: str | None  # the job's name, as ``fiberlite ps`` shows it
+    state: str  # ``initial``, ``started`` or ``shutdown``
+    alive: bool
 
 
 class BaseManager:
@@ -196,6 +207,14 @@ class BaseManager:
         self._finalizer.atexit = False  # _shutdown_all runs first, before jobs are joined
         _managers.add(self)
         observe.notice("manager", self)
+
+    def view(self) -> ManagerView:
+        """Its server job and state now, for the run's page."""
+        process = self._process
+        launch = process.launch if process is not None else None
+        return ManagerView(name=getattr(process, "name", "?"),
+                           job=launch.job.spec.name if launch is not None else None,
+                           state=self._state.value, alive=bool(process and process.is_alive()))
 
     def shutdown(self) -> None:
         """Stop the server job and wait for it; its proxies raise ``ConnectionError`` after."""

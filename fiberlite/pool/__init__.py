@@ -1,14 +1,13 @@
 """``Pool``: ``multiprocessing.pool`` whose workers are jobs on a backend.
 
-- :mod:`.pool`: the user's ``Pool`` (protocol in its docstring);
-- :mod:`.core`: the master's machinery of one pool: workers, result thread, imap feeders;
-- :mod:`.dispatch`: the master's servant: pending chunks, who holds what, retries;
-- :mod:`.results`: ``AsyncResult``, ``MapResult`` and the ``imap`` iterators;
-- :mod:`.chunks`: the format of calls, chunks, results and failures, shared by both sides;
-- :mod:`.worker`: what runs in every worker, and :mod:`.upstream`: how it reaches the
-  master, over its own connection or through its host;
-- :mod:`.packing`: how many workers one job runs; :mod:`.host`: a job that runs many,
-  forked from its :mod:`.template`; :mod:`.relay`: the master's end of the hosts.
+One subpackage per process a line runs in, and the format both share:
+
+- :mod:`.master`: what runs in the process that made the pool: the user's ``Pool``
+  (protocol in its docstring), the workers, the dispatcher, the result objects, the
+  master's end of the pool hosts;
+- :mod:`.job`: what runs in the pool's jobs: the worker, how it reaches the master,
+  and the host job that runs many workers forked from its template;
+- :mod:`.chunks`: the format of calls, chunks, results and failures, shared by both sides.
 
 ``WorkerLostError``, ``BrokenPoolError`` and ``RemoteTraceback`` (the ``__cause__`` of
 an exception re-raised from a task) are defined in :mod:`fiberlite.errors`.
@@ -17,9 +16,9 @@ an exception re-raised from a task) are defined in :mod:`fiberlite.errors`.
 from multiprocessing.pool import ThreadPool
 
 from ..errors import BrokenPoolError, RemoteTraceback, WorkerLostError
-from .pool import CLOSE, RUN, TERMINATE, MaybeEncodingError, Pool
-from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
-                      MapResult)
+from .master.pool import CLOSE, RUN, TERMINATE, MaybeEncodingError, Pool
+from .master.results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
+                             MapResult)
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "MaybeEncodingError", "BrokenPoolError", "WorkerLostError",

@@ -1,7 +1,8 @@
 """The pool's chunk format: how calls, items, results and failures are pickled.
 
-The master (:mod:`.pool` packs, :mod:`.core` unpacks results, :mod:`.dispatch` splits
-chunks and describes them) and every worker job (:mod:`.worker`) share it:
+The master (:mod:`.master.pool` packs, :mod:`.master.core` unpacks results,
+:mod:`.master.dispatch` splits chunks and describes them) and every worker job
+(:mod:`.job.worker`) share it:
 
 - a call's function travels as a ``Payload`` of ``(kind, function)``, ``kind`` being
   ``"map"``, ``"star"`` or ``"apply"`` (:func:`pack_call`: pickled once while the
@@ -82,7 +83,7 @@ class _FunctionPickles:
 
     A function of ``__main__`` travels by value; pickling it is most of the cost of an
     ``apply_async``. Globals it uses are sent as they were first pickled, which is what a
-    worker keeps anyway (see :func:`fiberlite.pool.worker.adopt`).
+    worker keeps anyway (see :func:`fiberlite.pool.job.worker.adopt`).
     """
 
     def __init__(self) -> None:

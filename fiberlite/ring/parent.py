@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import config, observe
@@ -35,6 +36,16 @@ from .report import MemberRates
 
 DEFAULT_TIMEOUT = 1800.0   # seconds a collective may wait (torch.distributed's default)
 ABORT_GRACE = 10.0         # seconds members get to stop by themselves after a failure
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """A member of a ring as the run's page shows it (:meth:`Ring.view`)."""
+
+    rank: int
+    process: Any  # its Process
+    machine: str | None  # where it runs, once it joined (None before)
+    rates: dict  # its collectives' counts and rates (:meth:`.report.MemberRates.of`)
 
 
 class Rendezvous(Servant):
@@ -100,6 +111,11 @@ class Rendezvous(Servant):
     def refs(self) -> dict[int, ObjectRef]:
         with self._lock:
             return {rank: entry[0] for rank, entry in self._joined.items()}
+
+    def machines(self) -> dict[int, str]:
+        """The ranks that joined, and the machine each runs on."""
+        with self._lock:
+            return {rank: entry[1] for rank, entry in self._joined.items()}
 
     def op_leave(self, request: Any, rank: int, ok: bool, info: Any) -> None:
         request.reply()
@@ -173,6 +189,16 @@ class Ring:
         self._closed = False
         self._grace_timer: threading.Timer | None = None
         self._report_every: float | None = None
+
+    def view(self) -> list[MemberView]:
+        """Its members now, for the run's page (none before :meth:`start`)."""
+        rendezvous = self._rendezvous
+        if rendezvous is None:
+            return []
+        machines = rendezvous.machines()
+        return [MemberView(rank, process, machines.get(rank),
+                           rendezvous.rates.of(rank, ended=process.exitcode is not None))
+                for rank, process in enumerate(list(self.processes))]
 
     def __repr__(self) -> str:
         state = "initial" if not self.processes else ("running" if self.is_alive() else "stopped")

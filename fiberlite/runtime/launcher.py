@@ -135,8 +135,8 @@ def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> Job
         gpu=wants.get("gpu", settings.get("gpu")),
         labels={"fiberlite/run": run, "fiberlite/job": name, "fiberlite/parent": parent},
         cwd=os.getcwd(),
-        waits_for_capacity=bool(getattr(process, "_waits_for_capacity", False)),
-        workers=int(getattr(process, "_hosted_workers", 1)),
+        waits_for_capacity=process.launch_options.waits_for_capacity,
+        workers=process.launch_options.workers,
     )
 
 
@@ -162,7 +162,7 @@ class Launch:
     what ``parent_process().name`` gives in the job."""
 
     def __init__(self, process: Any, parent_name: str) -> None:
-        backend_name = process._backend_name or config.get("backend")
+        backend_name = process.launch_options.backend_name()
         self.backend = get_backend(backend_name)
         self.backend.preflight()
         tree = offer_for(self.backend, backend_name)  # a tree over the limit fails here

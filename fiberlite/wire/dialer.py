@@ -16,18 +16,10 @@ import pynng
 from ..errors import AuthenticationError
 from . import auth
 from .guard import CallGuard
-from .handover import ABSTRACT, SP_HEADER, SP_HEADER_SIZE, TCP, adopt
+from .handover import SP_HEADER, SP_HEADER_SIZE, TCP, adopt
+
 
 def _connect(address: str, timeout: float) -> socket.socket:
-    if address.startswith(ABSTRACT):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect("\0" + address[len(ABSTRACT):])
-        except BaseException:
-            sock.close()
-            raise
-        return sock
     if not address.startswith(TCP):
         raise ValueError(f"not an address this process can dial: {address}")
     host, port = address[len(TCP):].rsplit(":", 1)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
-import secrets
 import selectors
 import socket
 import threading
@@ -30,7 +28,7 @@ from . import auth
 from .binding import bind_host
 from .gate import Gate
 from .guard import CallGuard
-from .handover import ABSTRACT, SP_HEADER, TCP, adopt, listener_of
+from .handover import SP_HEADER, TCP, adopt, listener_of
 
 log = logging.getLogger(__name__)
 
@@ -51,21 +49,6 @@ def listen_tcp(host: str, port: int = 0) -> tuple[socket.socket, str]:
     sock = socket.create_server((bind, port), family=family, backlog=BACKLOG)
     sock.setblocking(False)
     return sock, f"{TCP}{host}:{sock.getsockname()[1]}"
-
-
-def listen_abstract() -> tuple[socket.socket, str]:
-    """A non-blocking Unix socket listening on a Linux abstract name of its own, and the
-    ``abstract://`` address to give peers."""
-    name = f"fiberlite-{os.getpid()}-{secrets.token_hex(8)}"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind("\0" + name)
-        sock.listen(BACKLOG)
-    except BaseException:
-        sock.close()
-        raise
-    sock.setblocking(False)
-    return sock, ABSTRACT + name
 
 
 def _not_the_handshake(data: bytes) -> str:

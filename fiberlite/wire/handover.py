@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 
 SP_HEADER = b"\x00SP\x00"   # how nng starts every connection (then protocol, reserved)
 SP_HEADER_SIZE = 8
-ABSTRACT = "abstract://"
 TCP = "tcp://"
 
 

@@ -279,7 +279,7 @@ def test_pool_packs_workers_into_pods_and_survives_a_lost_one(kube):
 
 
 def test_pool_whose_pods_cannot_start_is_broken_not_hung(kube):
-    from fiberlite.pool.results import BrokenPoolError
+    from fiberlite.pool.master.results import BrokenPoolError
     fiberlite.init(image="registry.invalid/missing:1")
     kube.server.image_pull_fails("registry.invalid/missing:1")
     started = time.monotonic()
@@ -343,7 +343,7 @@ def test_a_pool_of_many_pods_maps_while_its_later_pods_are_created(kube, monkeyp
     """Pool() returns once its first round of pods is created: here the API server holds
     every creation after the second until told, and the map runs meanwhile on the two
     pods there are; the others join once created."""
-    from fiberlite.pool import core as pool_core
+    from fiberlite.pool.master import core as pool_core
     monkeypatch.setattr(pool_core, "START_CONCURRENCY", 2)
     fiberlite.init(cpu=2)
     api, created, go_on = kube.server.api, [], threading.Event()

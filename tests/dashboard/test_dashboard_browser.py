@@ -174,7 +174,7 @@ def test_page_polls_where_its_stream_is_not_relayed(browser):
     page asks for its data instead, and still follows the run."""
     import urllib.request
 
-    from fiberlite.cli.page_forward import PageForward
+    from fiberlite.backends.kubernetes.page_forward import PageForward
 
     def fetch(path: str) -> tuple[int, str, bytes]:
         with urllib.request.urlopen(run.url + path.lstrip("/"), timeout=10) as reply:

@@ -1,4 +1,4 @@
-"""The frames between a pool host and its workers (fiberlite.pool.framing)."""
+"""The frames between a pool host and its workers (fiberlite.pool.job.framing)."""
 import os
 import random
 import socket
@@ -7,7 +7,7 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from fiberlite.pool.framing import FrameSocket
+from fiberlite.pool.job.framing import FrameSocket
 
 
 def _pair() -> tuple[Connection, FrameSocket]:

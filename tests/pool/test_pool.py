@@ -246,7 +246,7 @@ def test_imap_reads_an_endless_input_lazily():
         assert [next(it) for _ in range(1000)] == [square(i) for i in range(1000)]
         ahead = next(pulled) - 1000
     pool.join()
-    window = fiberlite.pool.pool.IMAP_WINDOW
+    window = fiberlite.pool.master.pool.IMAP_WINDOW
     assert ahead <= window, f"imap read {ahead} items ahead of its consumer (window {window})"
 
 
@@ -412,7 +412,7 @@ def test_module_level_pool_and_repr():
 def test_repr_of_a_pool_ended_by_the_exit_hook():
     """The exit stage that terminates open pools acts on their cores: the facade's repr
     follows them, and never waits for workers."""
-    from fiberlite.pool import core as pool_core
+    from fiberlite.pool.master import core as pool_core
     pool = fiberlite.Pool(2)
     try:
         assert pool.apply(add, (1, 2)) == 3

@@ -242,7 +242,7 @@ class FakeRequest:
 
 
 def _dispatcher(n_chunks, workers=(1, 2)):
-    from fiberlite.pool.dispatch import Dispatcher
+    from fiberlite.pool.master.dispatch import Dispatcher
     from fiberlite.pool.chunks import pack
     from fiberlite.wire.codec import Payload
 
@@ -296,7 +296,7 @@ def test_dispatcher_prefetch_is_never_parked_and_idle_request_is():
 
 
 def test_dispatcher_gives_up_on_a_task_that_kills_every_worker():
-    from fiberlite.pool.dispatch import LOCAL_ERROR
+    from fiberlite.pool.master.dispatch import LOCAL_ERROR
     dispatcher, delivered = _dispatcher(1, workers=(1, 2, 3))
     for wid in (1, 2, 3):
         request = _ask(dispatcher, wid, peer=10 + wid)

@@ -215,8 +215,8 @@ def test_a_pool_that_cannot_fit_the_hard_limit_says_how_to_raise_it(tmp_path):
 
 
 def test_a_host_whose_workers_never_started_counts_as_one_failed_start():
-    from fiberlite.pool.dispatch import BROKEN, RUN, Dispatcher
-    from fiberlite.pool.relay import HostRelay
+    from fiberlite.pool.master.dispatch import BROKEN, RUN, Dispatcher
+    from fiberlite.pool.master.relay import HostRelay
     dispatcher = Dispatcher(lambda results: None)
     relay = HostRelay(dispatcher, lambda hid: None, lambda: None)
     for hid in (1, 2, 3):
@@ -260,8 +260,8 @@ class _Answer:
 
 def test_a_post_is_answered_with_its_answers_and_the_poll_with_what_comes_later():
     from fiberlite.pool.chunks import pack, pack_call
-    from fiberlite.pool.dispatch import Dispatcher
-    from fiberlite.pool.relay import HostRelay
+    from fiberlite.pool.master.dispatch import Dispatcher
+    from fiberlite.pool.master.relay import HostRelay
     dispatcher = Dispatcher(lambda results: None)
     relay = HostRelay(dispatcher, lambda hid: None, lambda: None)
     for wid in (1, 2):

@@ -52,6 +52,10 @@ def report_identity(q) -> None:
            os.getcwd(), os.environ.get("FIBERLITE_AUTHKEY")))
 
 
+def report_launch_options(q) -> None:
+    q.put(fiberlite.current_process().launch_options)
+
+
 def produce(q, start: int, count: int) -> None:
     for i in range(start, start + count):
         q.put(i)

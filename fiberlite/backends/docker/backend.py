@@ -35,7 +35,7 @@ from ...errors import BackendError
 from ...units import format_memory
 from . import spec as docker_spec
 from ..base import (JOB_LABEL, RUN_LABEL, WATCHED_LABELS, Backend, Job, JobSpec, JobState,
-                    decode_stream, exit_code)
+                    build_with_docker, decode_stream, exit_code)
 from .api import (CONTAINER_ENV, OwnContainer, api_error, connect, container_candidates,
                   own_container, status_of)
 from .network import container_usage, gateway
@@ -417,6 +417,9 @@ class DockerBackend(Backend):
 
     def cleanup_run(self, run_id: str | None = None) -> int:
         return _remove(self._client(), run_id)
+
+    def build_image(self, tag: str, context: str) -> None:
+        build_with_docker(tag, context)
 
     def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
         with self._cond:

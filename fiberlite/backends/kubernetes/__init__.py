@@ -6,7 +6,9 @@
 - :mod:`.api`: the client, in-cluster or kubeconfig, and its errors;
 - :mod:`.pods`: a ``JobSpec`` as a pod and its secret;
 - :mod:`.status`: what a pod's status means for its job;
-- :mod:`.watch`: one watch for every pod of the run.
+- :mod:`.watch`: one watch for every pod of the run;
+- :mod:`.page`: how ``fiberlite run`` opens the master pod's page from here
+  (:mod:`.page_forward`, through the API server).
 
 Its settings are declared here (``SETTINGS``); the rest is imported when first used.
 """

@@ -3,7 +3,7 @@
 :class:`KubernetesBackend` keeps one :class:`~fiberlite.backends.kubernetes.session.Session`
 per cluster configuration (kubeconfig and namespace settings), which creates and follows
 the jobs; the backend hands each job's calls to its session and answers the command
-line (``fiberlite ps``, ``clean``, ``logs``) itself.
+line (``fiberlite run``, ``ps``, ``clean``, ``logs``) itself.
 
 - A job is a pod (``restartPolicy: Never``) labelled with its run, name and parent;
   when this process runs in a pod, children get an ownerReference to it (Kubernetes
@@ -28,13 +28,15 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from ... import config
 from ...errors import BackendError
-from ..base import RUN_LABEL, TREE_ENV, Backend, Job, JobSpec, JobState, decode_stream
+from ..base import (RUN_LABEL, TREE_ENV, Backend, Job, JobSpec, JobState, MasterRun,
+                    build_with_docker, decode_stream)
 from .api import TIMEOUT, api_error, connect, is_status
 from .pods import label_value
 from .session import Session
@@ -109,6 +111,28 @@ class KubernetesBackend(Backend):
         image there; anywhere else (a laptop, a working directory sent to the pod) they
         need a copy."""
         return not os.environ.get(TREE_ENV) and self._session().master() is not None
+
+    # -- for ``fiberlite run`` ----------------------------------------------------------------
+    def run_master(self, run: MasterRun) -> int:
+        """The master pod's jobs go to this command's namespace, wherever it came from."""
+        namespace = config.get("namespace")
+        if namespace:
+            run.spec.env.setdefault("FIBERLITE_NAMESPACE", namespace)
+        return super().run_master(run)
+
+    def open_page(self, job: Job, address: tuple[str, int]) -> Any:
+        """How to open the page with kubectl, and a local door to it through the API
+        server's pod proxy when the pod serves it beyond its loopback."""
+        from . import page
+        sys.stderr.write(page.hint(self, self._session().namespace, job.id, address))
+        door = page.forward(self, job.id, address)
+        if door is not None:
+            sys.stderr.write(f"fiberlite: the master's page, through the API server: {door.url}\n")
+        return door
+
+    def build_image(self, tag: str, context: str) -> None:
+        """Built with this machine's Docker engine (for a cluster that uses its images)."""
+        build_with_docker(tag, context)
 
     def pod_proxy_url(self, pod: str, port: int) -> str:
         """The API server's proxy address of ``port`` on ``pod`` (opened with the user's

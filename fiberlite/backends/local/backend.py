@@ -14,7 +14,7 @@ import psutil
 
 from ... import config
 from ...errors import BackendError
-from ..base import SECRETS_FD_ENV, Backend, Job, JobSpec, JobState, encode_secrets
+from ..base import SECRETS_FD_ENV, Backend, Job, JobSpec, JobState, MasterRun, encode_secrets
 from .output import OutputTail, copier
 from .usage import UsageMeter
 
@@ -167,6 +167,18 @@ class LocalBackend(Backend):
     def stream_logs(self, job_name: str, follow: bool = False) -> Iterator[str]:
         from . import runs as local_runs
         return local_runs.stream_logs(job_name, follow)
+
+    def clean(self, run_id: str | None = None) -> int:
+        """The run's processes, and the logs ``fiberlite run`` kept of its master."""
+        from . import runs as local_runs
+        removed = local_runs.cleanup_run(run_id)
+        local_runs.remove_logs(run_id)
+        return removed
+
+    def run_master(self, run: MasterRun) -> int:
+        """The master is a child process of the command (:mod:`.master`)."""
+        from .master import run_master
+        return run_master(run)
 
 
 def _output_pipes(env: dict[str, str]) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -1,7 +1,7 @@
-"""How a user opens the master's live page (the ``dashboard`` setting) from their own
-machine when the master runs elsewhere: on Kubernetes, ``kubectl port-forward`` to the
-master pod, or the API server's pod proxy, which ``fiberlite run`` opens on loopback
-for them when the page is bound beyond the pod's loopback."""
+"""How a user opens the master pod's live page (the ``dashboard`` setting) from their
+own machine: ``kubectl port-forward`` to the master pod, or the API server's pod proxy,
+which ``fiberlite run`` opens on loopback for them (:mod:`.page_forward`) when the page
+is bound beyond the pod's loopback."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,14 +9,13 @@ from typing import Any
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-def kubernetes_hint(backend: Any, pod: str, address: tuple[str, int]) -> str:
+def hint(backend: Any, namespace: str, pod: str, address: tuple[str, int]) -> str:
     """Lines telling how to open the page served at ``address`` in ``pod``."""
     host, port = address
     if port == 0:
         return ("fiberlite: the master's page is on a port chosen at start (dashboard port 0): "
                 "its first lines name it; then: "
-                f"kubectl port-forward -n {backend._session().namespace} pod/{pod} PORT\n")
-    namespace = backend._session().namespace
+                f"kubectl port-forward -n {namespace} pod/{pod} PORT\n")
     lines = [f"fiberlite: the master's page: kubectl port-forward -n {namespace} pod/{pod} "
              f"{port}:{port}   then open http://127.0.0.1:{port}/"]
     if host in LOOPBACK:
@@ -28,7 +27,7 @@ def kubernetes_hint(backend: Any, pod: str, address: tuple[str, int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def forward_page(backend: Any, pod: str, address: tuple[str, int]) -> Any:
+def forward(backend: Any, pod: str, address: tuple[str, int]) -> Any:
     """A local door to the master pod's page through the API server's pod proxy, or None
     when the proxy cannot reach it (bound to the pod's loopback, or its port not known)."""
     host, port = address

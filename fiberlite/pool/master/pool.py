@@ -2,7 +2,7 @@
 
 Protocol
 --------
-The master registers a :class:`~fiberlite.pool.dispatch.Dispatcher` servant in its
+The master registers a :class:`~fiberlite.pool.master.dispatch.Dispatcher` servant in its
 hub and starts ``processes`` worker jobs with ``context.Process``. Dispatch is *pull*:
 a worker asks for work when it has little left, so a busy or slow worker never
 accumulates tasks that an idle one could run.
@@ -47,7 +47,7 @@ accumulates tasks that an idle one could run.
   worker go; the next call wakes the supervisor, which starts them again.
 
 The master's state and threads are in :mod:`.core`, the format of what travels in
-:mod:`.chunks`.
+:mod:`..chunks`.
 """
 from __future__ import annotations
 
@@ -59,16 +59,17 @@ import warnings
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterable
 
-from .. import observe
-from ..errors import BrokenPoolError, WorkerLostError
-from ..process import Process
-from ..wire.codec import short_repr
-from .chunks import pack_arguments, pack_call
+from ... import observe
+from ...errors import BrokenPoolError, WorkerLostError
+from ...process import Process
+from ...wire.codec import short_repr
+from ..chunks import pack_arguments, pack_call
 from .core import Core
 from .records import BROKEN, CLOSE, RUN, TERMINATE
 from .feeding import SLICEABLE, doubling, feed
 from .results import (ApplyResult, AsyncResult, IMapIterator, IMapUnorderedIterator,
                       MapResult)
+from .view import PoolView
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator", "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
@@ -117,6 +118,12 @@ class Pool:
         self._core = Core(processes, initializer, tuple(initargs), maxtasksperchild,
                            Process if context is None else context.Process)
         observe.notice("pool", self)
+
+    def view(self) -> PoolView | None:
+        """A read-only view of the pool's workers and queue, for the run's page (None
+        once the pool is gone)."""
+        core = getattr(self, "_core", None)
+        return None if core is None else PoolView(core)
 
     # -- state -----------------------------------------------------------------------------
     def _check_running(self) -> Core:

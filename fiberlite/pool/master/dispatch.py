@@ -12,10 +12,10 @@ import collections
 import time
 from typing import Any, Callable
 
-from .. import observe
-from ..errors import BrokenPoolError
-from ..runtime.hub import LockedServant
-from ..runtime.exit_codes import describe_exit
+from ... import observe
+from ...errors import BrokenPoolError
+from ...runtime.hub import LockedServant
+from ...runtime.exit_codes import describe_exit
 from .records import (BROKEN, CLOSE, LOCAL_ERROR, REMOTE_ERROR, RUN, TERMINATE, VALUE, Chunk,
                       Group, Out, Worker)
 from .roster import Roster

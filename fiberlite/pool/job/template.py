@@ -44,8 +44,8 @@ def main() -> None:
     if not first:
         return  # the host ended (a pool stopped as it started): nothing to do, nothing to say
     _, preparation, key, run_id = pickle.loads(first)
-    from ..runtime import identity
-    from ..runtime.bootstrap import _prepare
+    from ...runtime import identity
+    from ...runtime.bootstrap import _prepare
     identity.adopt(key, run_id)
     _prepare(preparation)
     from . import worker  # noqa: F401  (imported once here, inherited by every fork)
@@ -158,7 +158,7 @@ def run_worker(sock: socket.socket, wid: int) -> int:
     exit code."""
     import cloudpickle
 
-    from ..process import ParentProcess, Process
+    from ...process import ParentProcess, Process
     from .framing import FrameSocket
     from .upstream import HostUpstream
     from .worker import worker_main

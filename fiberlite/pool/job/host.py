@@ -1,6 +1,6 @@
 """A pool host: one job that runs many pool workers, forked from its template.
 
-The master sees a host as one connection to its :class:`~.relay.HostRelay`, however
+The master sees a host as one connection to its :class:`~..master.relay.HostRelay`, however
 many workers the host runs; a worker sees its host as its master
 (:class:`~.upstream.HostUpstream`), over a socket of its own. So the master pays per
 message, not per worker, and each worker costs a fork (:mod:`.template`).
@@ -32,11 +32,11 @@ import sys
 import threading
 from typing import Any
 
-from ..process import current_process
-from ..runtime import identity
-from ..runtime.launcher import preparation
-from ..runtime.limits import raise_open_file_limit
-from ..wire.codec import dumps_bytes
+from ...process import current_process
+from ...runtime import identity
+from ...runtime.launcher import preparation
+from ...runtime.limits import raise_open_file_limit
+from ...wire.codec import dumps_bytes
 from .framing import FrameSocket
 from .template import MAX_MESSAGE
 from .upstream import send_message
@@ -76,7 +76,7 @@ class Host:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             template = subprocess.Popen(
-                [sys.executable, "-c", "from fiberlite.pool.template import main; main()",
+                [sys.executable, "-c", "from fiberlite.pool.job.template import main; main()",
                  str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         finally:

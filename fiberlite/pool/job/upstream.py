@@ -12,8 +12,8 @@ import pickle
 import threading
 from typing import Any
 
-from ..errors import ConnectionLost
-from ..wire.codec import PROTOCOL
+from ...errors import ConnectionLost
+from ...wire.codec import PROTOCOL
 
 
 def send_message(conn: Any, message: Any) -> None:
@@ -38,7 +38,7 @@ class HubUpstream:
 
     def _connection(self) -> Any:
         if self._client is None:
-            from ..runtime.dialed import connect
+            from ...runtime.dialed import connect
             self._client = connect(self.ref.address)
         return self._client
 

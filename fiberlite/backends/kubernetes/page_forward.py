@@ -1,4 +1,4 @@
-"""``fiberlite run``'s local door to the master pod's page: a loopback HTTP server that
+"""``fiberlite run``'s local door to the master pod's page (:mod:`.page`): a loopback HTTP server that
 passes each GET on through the API server's pod proxy, with the user's credentials."""
 from __future__ import annotations
 

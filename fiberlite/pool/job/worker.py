@@ -4,7 +4,7 @@ The main thread runs chunks and does all the talking: it asks for more work *bef
 its local queue runs dry (when tasks are short), so the next batch travels while the
 current one runs. A watchdog thread gives back chunks that wait behind a task that
 runs unexpectedly long, so that idle workers can take them. See :mod:`fiberlite.pool`;
-what travels is in the format of :mod:`.chunks`.
+what travels is in the format of :mod:`..chunks`.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import traceback
 import types
 from typing import Any
 
-from ..errors import ConnectionLost
-from ..wire.codec import dumps_bytes, short_repr
-from .chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failure, unpack
+from ...errors import ConnectionLost
+from ...wire.codec import dumps_bytes, short_repr
+from ..chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failure, unpack
 
 BATCH_SECONDS = 0.005  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
@@ -96,7 +96,7 @@ def _adopt_function(func: types.FunctionType, memo: dict) -> types.FunctionType:
 def worker_main(upstream: Any, wid: int, initializer: Any, initargs: tuple,
                 maxtasks: int | None) -> None:
     """What every pool worker runs, whether a job of its own or forked in a host;
-    ``upstream`` reaches the master (:mod:`fiberlite.pool.upstream`)."""
+    ``upstream`` reaches the master (:mod:`fiberlite.pool.job.upstream`)."""
     if initializer is not None:
         try:
             adopt(initializer)(*initargs)

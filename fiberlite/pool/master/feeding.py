@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .chunks import pack_items
+from ..chunks import pack_items
 
 SLICEABLE = (list, tuple, range)  # cut by slicing: their length is exact, slices are cheap
 

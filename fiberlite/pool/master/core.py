@@ -2,7 +2,7 @@
 
 :class:`Core` holds the state and threads behind a :class:`~fiberlite.pool.Pool` (the
 user's facade, in :mod:`.pool`); the servant that hands out chunks is its
-:class:`~fiberlite.pool.dispatch.Dispatcher`. Threads in the master: the hub's
+:class:`~fiberlite.pool.master.dispatch.Dispatcher`. Threads in the master: the hub's
 (dispatch), a supervisor (waits on the workers' sentinels, starts replacements), a
 result thread (unpickles results, runs callbacks), and one feeder per ``imap`` call
 (:mod:`.feeding`).
@@ -15,23 +15,24 @@ import math
 import os
 import threading
 import weakref
+from dataclasses import replace
 from multiprocessing.connection import wait as wait_for
 from typing import Any
 
-from .. import config, observe
-from ..errors import BrokenPoolError, ProcessError
-from ..runtime import exit_order
-from ..runtime.hub import get_hub, unregister
-from ..runtime.limits import check_room
-from .chunks import encoding_error, unpack, unpack_failure
+from ... import config, observe
+from ...errors import BrokenPoolError, ProcessError
+from ...runtime import exit_order
+from ...runtime.hub import get_hub, unregister
+from ...runtime.limits import check_room
+from ..chunks import encoding_error, unpack, unpack_failure
+from ..job.host import host_main
+from ..job.upstream import HubUpstream
+from ..job.worker import worker_main
 from .dispatch import Dispatcher
-from .records import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE
-from .host import host_main
 from .packing import DESCRIPTORS_PER_JOB, workers_per_job
+from .records import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE
 from .relay import HostedWorker, HostRelay
 from .results import IMapIterator
-from .upstream import HubUpstream
-from .worker import worker_main
 
 START_CONCURRENCY = 16  # jobs being created at once
 PIDS_TIMEOUT = 30.0  # seconds worker_processes waits for the pids of hosted workers being forked
@@ -239,8 +240,9 @@ class Core:
         process = self.process_type(
             target=host_main, name=f"PoolHost-{hid}", daemon=True,
             args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
-        process._waits_for_capacity = True  # the pool works with the jobs that start
-        process._hosted_workers = count  # JobSpec.workers: a backend may size the job by it
+        # the pool works with the jobs that start; a backend may size the job by its workers
+        process.launch_options = replace(process.launch_options, waits_for_capacity=True,
+                                         workers=count)
         try:
             process.start()
         except BaseException:
@@ -262,7 +264,7 @@ class Core:
         process = self.process_type(
             target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
             args=(HubUpstream(self.ref), wid, self.initializer, self.initargs, self.maxtasks))
-        process._waits_for_capacity = True  # the pool works with the jobs that start
+        process.launch_options = replace(process.launch_options, waits_for_capacity=True)
         self.dispatcher.add_worker(wid)
         try:
             process.start()

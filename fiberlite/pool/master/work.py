@@ -13,8 +13,8 @@ import itertools
 import time
 from typing import Any, Callable
 
-from ..errors import WorkerLostError
-from .chunks import MAX_BATCH, MESSAGE_BYTES, describe_args, pack, unpack
+from ...errors import WorkerLostError
+from ..chunks import MAX_BATCH, MESSAGE_BYTES, describe_args, pack, unpack
 from .records import LOCAL_ERROR, REMOTE_ERROR, VALUE, Chunk, Group, Out, Worker, order
 
 MAX_TRIES = 3  # workers a task may take down with it before it fails

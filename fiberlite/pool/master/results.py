@@ -16,7 +16,7 @@ import traceback
 from multiprocessing.pool import MaybeEncodingError
 from typing import Any, Callable, Iterator
 
-from ..errors import BrokenPoolError, TimeoutError, WorkerLostError  # re-exported
+from ...errors import BrokenPoolError, TimeoutError, WorkerLostError  # re-exported
 
 __all__ = ["AsyncResult", "ApplyResult", "MapResult", "IMapIterator", "IMapUnorderedIterator",
            "WorkerLostError", "BrokenPoolError", "MaybeEncodingError"]
@@ -58,6 +58,16 @@ class _Sink:
     def _progress(self) -> int:
         """The tasks whose results (values or errors) are in, so far."""
         raise NotImplementedError
+
+    def _total(self) -> int | None:
+        """The tasks of the call, None while not known."""
+        return 1
+
+    def progress(self) -> tuple[int, int | None]:
+        """``(done, total)``: the tasks whose results (values or errors) are in so far,
+        and the call's tasks (None while not known: an ``imap`` whose input has not
+        ended and did not tell its length), for the run's page."""
+        return self._progress(), self._total()
 
 
 class ApplyResult(_Sink):
@@ -152,6 +162,9 @@ class MapResult(ApplyResult):
     def _progress(self) -> int:
         return self._size - self._left - self._given_up
 
+    def _total(self) -> int | None:
+        return self._size
+
 
 class IMapIterator(_Sink):
     """The iterator of ``imap``: results in input order, as soon as each is ready.
@@ -241,6 +254,9 @@ class IMapIterator(_Sink):
 
     def _progress(self) -> int:
         return self._received
+
+    def _total(self) -> int | None:
+        return self._length if self._length is not None else self.expected
 
     def _close(self) -> None:
         self._uncache()

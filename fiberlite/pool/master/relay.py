@@ -1,4 +1,4 @@
-"""The master's end of its pool hosts (:mod:`.host`): many workers, one conversation.
+"""The master's end of its pool hosts (:mod:`..job.host`): many workers, one conversation.
 
 A host posts what its workers sent in one message, one post at a time; each worker's
 request goes to the :class:`~.dispatch.Dispatcher` as if that worker had sent it over a
@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from ..runtime.hub import Servant
+from ...runtime.hub import Servant
 from .dispatch import Dispatcher
 
 
