@@ -55,6 +55,8 @@ from unittest import mock
 import pytest
 
 import fiberlite
+import fiberlite.config
+import pattern_jobs
 import fiberlite.connection
 import fiberlite.dummy
 import fiberlite.managers
@@ -289,10 +291,35 @@ class SharedCounter:
         return self._count.value
 
 
-@select(slow={"test_thousand": "5 jobs pass a barrier 1000 times, ~6 s"})
 class TestBarrier(FiberliteMixin, cpy._TestBarrier, unittest.TestCase):
     def DummyList(self):
         return SharedCounter()
+
+
+@pytest.mark.docker
+class TestThousandOnDocker(FiberliteMixin, unittest.TestCase):
+    """CPython's ``test_thousand`` with its five processes as Docker containers: five
+    writers of one pipe end under a lock, read in the order they sent. Its target is
+    the same loop in a module the containers can import (the image has no CPython tests)."""
+
+    N = 5
+    _test_thousand_f = staticmethod(pattern_jobs.thousand_passes)
+    test_thousand = cpy._TestBarrier.test_thousand
+
+    def setUp(self):
+        from docker_env import ensure_docker
+        self._saved = dict(fiberlite.config._overrides)
+        fiberlite.init(image=ensure_docker())
+        self.Process = fiberlite.get_context("docker").Process
+        super().setUp()
+        self.barrier = self.Barrier(self.N, timeout=60)
+
+    def tearDown(self):
+        self.barrier.abort()
+        fiberlite.config._overrides.clear()
+        fiberlite.config._overrides.update(self._saved)
+        fiberlite.config.init()
+        super().tearDown()
 
 
 # -- shared memory --------------------------------------------------------------------------

@@ -538,3 +538,43 @@ def test_ring_member_container_killed_others_raise(ctx):
         ring.join()
     assert info.value.rank == 1
     assert "rank 1" in str(info.value)
+
+
+# -- queues and pipes with several writers -------------------------------------------------------
+@pytest.mark.parametrize("kind", ["Pipe", "SimpleQueue", "Queue"])
+def test_sends_of_several_containers_arrive_in_the_order_they_returned(ctx, kind):
+    """Containers take a ticket and send it under one lock: the parent reads the tickets
+    in order, and a Queue's consumers in containers get every item once."""
+    import pattern_jobs
+    lock, ticket = ctx.Lock(), ctx.Value("i", 0, lock=False)
+    if kind == "Pipe":
+        reader, writer = ctx.Pipe(duplex=False)
+        target, handle, receive = pattern_jobs.ticketed_pipe, writer, reader.recv
+    else:
+        q = getattr(ctx, kind)()
+        target, handle, receive = pattern_jobs.ticketed_queue, q, q.get
+    writers = [ctx.Process(target=target, args=(handle, lock, ticket, 200)) for _ in range(3)]
+    for p in writers:
+        p.start()
+    got = [receive() for _ in range(600)]
+    for p in writers:
+        p.join(120)
+        assert p.exitcode == 0
+    assert got == list(range(1, 601))
+
+
+def test_queue_consumers_in_containers_get_every_item_once(ctx):
+    import pattern_jobs
+    q, out = ctx.JoinableQueue(), ctx.Queue()
+    consumers = [ctx.Process(target=pattern_jobs.get_until_none, args=(q, out, True)) for _ in range(3)]
+    for p in consumers:
+        p.start()
+    for i in range(600):
+        q.put((0, i))
+    for _ in consumers:
+        q.put(None)
+    q.join()
+    parts = [out.get(timeout=120) for _ in consumers]
+    for p in consumers:
+        p.join(120)
+    assert sorted(i for part in parts for _, i in part) == list(range(600))

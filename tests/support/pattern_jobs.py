@@ -94,3 +94,12 @@ def put_square(x: int) -> int:
 def put_large(q, count: int, size: int) -> None:
     for i in range(count):
         q.put(bytes([i % 256]) * size)
+
+
+def thousand_passes(barrier, passes: int, conn, lock) -> None:
+    """CPython's ``_TestBarrier._test_thousand_f``: pass the barrier, then send the pass
+    number under the lock."""
+    for i in range(passes):
+        barrier.wait()
+        with lock:
+            conn.send(i)
