@@ -107,19 +107,7 @@ def test_pool_workers_put_into_a_queue_given_to_their_initializer():
 def test_a_send_that_returned_is_ahead_of_every_later_send_machine_wide(kind):
     """Several writers take a ticket and send it under one lock: the reader gets the
     tickets in order (the stdlib's one pipe gives the same)."""
-    lock, ticket = fiberlite.Lock(), fiberlite.Value("i", 0, lock=False)
-    if kind == "Pipe":
-        reader, writer = fiberlite.Pipe(duplex=False)
-        target, handle, receive = pattern_jobs.ticketed_pipe, writer, reader.recv
-    else:
-        q = getattr(fiberlite, kind)()
-        target, handle, receive = pattern_jobs.ticketed_queue, q, q.get
-    writers = [fiberlite.Process(target=target, args=(handle, lock, ticket, 300)) for _ in range(4)]
-    for p in writers:
-        p.start()
-    got = [receive() for _ in range(1200)]
-    for p in writers:
-        p.join(60)
+    got = pattern_jobs.ticketed_run(fiberlite, kind, 4, 300)
     assert got == list(range(1, 1201))
 
 

@@ -546,20 +546,7 @@ def test_sends_of_several_containers_arrive_in_the_order_they_returned(ctx, kind
     """Containers take a ticket and send it under one lock: the parent reads the tickets
     in order, and a Queue's consumers in containers get every item once."""
     import pattern_jobs
-    lock, ticket = ctx.Lock(), ctx.Value("i", 0, lock=False)
-    if kind == "Pipe":
-        reader, writer = ctx.Pipe(duplex=False)
-        target, handle, receive = pattern_jobs.ticketed_pipe, writer, reader.recv
-    else:
-        q = getattr(ctx, kind)()
-        target, handle, receive = pattern_jobs.ticketed_queue, q, q.get
-    writers = [ctx.Process(target=target, args=(handle, lock, ticket, 200)) for _ in range(3)]
-    for p in writers:
-        p.start()
-    got = [receive() for _ in range(600)]
-    for p in writers:
-        p.join(120)
-        assert p.exitcode == 0
+    got = pattern_jobs.ticketed_run(ctx, kind, 3, 200)
     assert got == list(range(1, 601))
 
 

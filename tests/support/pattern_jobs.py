@@ -103,3 +103,23 @@ def thousand_passes(barrier, passes: int, conn, lock) -> None:
         barrier.wait()
         with lock:
             conn.send(i)
+
+
+def ticketed_run(ctx, kind: str, writers: int, count: int) -> list:
+    """Start ``writers`` jobs of ``ctx`` that each send ``count`` tickets through one
+    ``kind`` (Pipe, SimpleQueue, Queue) under one lock; the tickets as read, in order."""
+    lock, ticket = ctx.Lock(), ctx.Value("i", 0, lock=False)
+    if kind == "Pipe":
+        reader, writer = ctx.Pipe(duplex=False)
+        target, handle, receive = ticketed_pipe, writer, reader.recv
+    else:
+        q = getattr(ctx, kind)()
+        target, handle, receive = ticketed_queue, q, q.get
+    jobs = [ctx.Process(target=target, args=(handle, lock, ticket, count)) for _ in range(writers)]
+    for p in jobs:
+        p.start()
+    got = [receive() for _ in range(writers * count)]
+    for p in jobs:
+        p.join(120)
+        assert p.exitcode == 0
+    return got
