@@ -12,6 +12,10 @@ call's group), ``tasks`` (a sink, the count of tasks that failed, the error),
 ``finished`` (a sink that has every result, or gave up: the call is over; a watcher
 reads the tasks done from the sink, ``progress()``), ``worker_lost`` (a dispatcher,
 the worker's id, the cause, chunks given back), ``queue``, ``manager``, ``ring``.
+
+What a watcher may read of an object it was told of is its *view* (:func:`view_of`):
+each API class names the function that makes its read-only view (:func:`provides_view`),
+so that a user's object carries no extra public attribute for it.
 """
 from __future__ import annotations
 
@@ -63,3 +67,20 @@ def unwatch(watcher: Watcher) -> None:
     global watchers
     with _lock:
         watchers = [w for w in watchers if w is not watcher]
+
+
+_views: dict[type, Callable[[Any], Any]] = {}
+
+
+def provides_view(cls: type, make: Callable[[Any], Any]) -> None:
+    """``make(obj)`` is the read-only view of an object of ``cls`` (or a subclass)."""
+    _views[cls] = make
+
+
+def view_of(obj: Any) -> Any:
+    """The read-only view of ``obj`` (see :func:`provides_view`)."""
+    for cls in type(obj).__mro__:
+        make = _views.get(cls)
+        if make is not None:
+            return make(obj)
+    raise TypeError(f"{type(obj).__name__} objects have no view")

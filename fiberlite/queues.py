@@ -228,6 +228,7 @@ class QueueView:
 
 
 def _view(queue: Any) -> QueueView | None:
+    """A read-only view of the queue for the run's page; None in another process."""
     servant = queue._servant
     return None if servant is None else QueueView(queue, servant)
 
@@ -321,10 +322,6 @@ class Queue:
     def cancel_join_thread(self) -> None:
         """Accepted for compatibility: puts are never left behind, so there is nothing to cancel."""
 
-    def view(self) -> QueueView | None:
-        """A read-only view of the queue for the run's page; None in another process."""
-        return _view(self)
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._ref.oid}@{self._ref.address}>"
 
@@ -403,10 +400,6 @@ class SimpleQueue:
     def close(self) -> None:
         self._closed = True
 
-    def view(self) -> QueueView | None:
-        """A read-only view of the queue for the run's page; None in another process."""
-        return _view(self)
-
     def __repr__(self) -> str:
         return f"<SimpleQueue {self._ref.oid}@{self._ref.address}>"
 
@@ -444,3 +437,7 @@ def _rebuild(cls: type, ref: ObjectRef, maxsize: int, place: Any = None) -> Any:
     handles.loaded(obj, ref)
     return obj
 
+
+
+observe.provides_view(Queue, _view)
+observe.provides_view(SimpleQueue, _view)

@@ -237,8 +237,8 @@ def foreign_private_reads(tree: ast.AST) -> list[str]:
 
 
 def test_the_dashboard_reads_only_public_views():
-    """The run's page reads what the objects show it (``Pool.view()``, ``Process.launch``,
-    ``Queue.view()``...), never their internals."""
+    """The run's page reads what the objects show it (their views, ``fiberlite.observe.view_of``, ``Process.launch``,
+    ...), never their internals."""
     found = {path: reads for path, tree in _parsed("dashboard") if (reads := foreign_private_reads(tree))}
     assert not found, f"private attributes of other objects read by the dashboard: {found}"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from .. import observe
 from .registry import JobRecord, PoolRecord
 
 LOG_LINES = 200
@@ -35,7 +36,7 @@ def hosted_workers(pools: list[PoolRecord]) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for record in pools:
         pool = record.pool()
-        view = pool.view() if pool is not None else None
+        view = observe.view_of(pool) if pool is not None else None
         if view is not None:
             found.update(view.hosted_pids())
     return found

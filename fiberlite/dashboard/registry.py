@@ -12,6 +12,7 @@ import traceback
 import weakref
 from typing import Any, Callable
 
+from .. import observe
 from ..ring.report import REPORT_EVERY
 
 KEEP_BATCHES = 50  # finished batches kept per pool
@@ -155,7 +156,7 @@ class Registry:
     def on_pool(self, pool: Any) -> None:
         record = PoolRecord(self.name("Pool"), pool)
         self.pools.append(record)
-        self._by_source[id(pool.view().source)] = record
+        self._by_source[id(observe.view_of(pool).source)] = record
         self._gone_done += sum(p.done for p in self.pools if p.pool() is None)
         self.pools = [p for p in self.pools if p.pool() is not None]
 
@@ -201,7 +202,7 @@ class Registry:
 
     def on_queue(self, queue: Any) -> None:
         self.queues[id(queue)] = queue
-        queue.view().watch(self._queue_changed)
+        observe.view_of(queue).watch(self._queue_changed)
 
     def _queue_changed(self) -> None:
         self.changed()

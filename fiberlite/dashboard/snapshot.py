@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .. import observe
 from .jobs import Meter, host_of, requested, state_of
 from .registry import Batch, PoolRecord, Registry
 
@@ -39,7 +40,7 @@ def batch_row(batch: Batch, now: float) -> dict:
 
 def pool_row(record: PoolRecord, registry: Registry, now: float) -> dict | None:
     pool = record.pool()
-    view = pool.view() if pool is not None else None
+    view = observe.view_of(pool) if pool is not None else None
     if view is None:
         return None
     workers, ready = view.workers()
@@ -60,7 +61,7 @@ def _hosts(registry: Registry, names: list[str]) -> list[str]:
 def queue_rows(registry: Registry) -> list[dict]:
     rows = []
     for queue in list(registry.queues.values()):
-        view = queue.view()
+        view = observe.view_of(queue)
         rows.append({"name": view.name, "size": view.size, "maxsize": view.maxsize,
                      "readers": view.readers, "writers": view.writers, "total": view.total})
     return rows
@@ -77,7 +78,7 @@ def marks(registry: Registry) -> tuple:
     for ref in queues:
         queue = ref()
         if queue is not None:
-            view = queue.view()
+            view = observe.view_of(queue)
             marked.append((view.size, view.total, view.readers, view.writers))
     return events, tuple(marked)
 
@@ -104,7 +105,7 @@ def calls_running(registry: Registry) -> bool:
 def manager_rows(registry: Registry) -> list[dict]:
     rows = []
     for manager in list(registry.managers.values()):
-        view = manager.view()
+        view = observe.view_of(manager)
         rows.append({"name": view.name, "job": view.job, "state": view.state, "alive": view.alive})
     return rows
 
@@ -113,7 +114,7 @@ def ring_rows(registry: Registry) -> list[dict]:
     rows = []
     for ring in list(registry.rings.values()):
         members = []
-        for member in ring.view():
+        for member in observe.view_of(ring):
             launch = member.process.launch
             job = launch.job.spec.name if launch else None
             record = registry.jobs.get(job)

@@ -208,8 +208,8 @@ class BaseManager:
         _managers.add(self)
         observe.notice("manager", self)
 
-    def view(self) -> ManagerView:
-        """Its server job and state now, for the run's page."""
+    def _page_view(self) -> ManagerView:
+        """Its server job and state now, for the run's page (:func:`fiberlite.observe.view_of`)."""
         process = self._process
         launch = process.launch if process is not None else None
         return ManagerView(name=getattr(process, "name", "?"),
@@ -377,3 +377,6 @@ def _shutdown_all() -> None:
 
 
 exit_order.at_exit("managers", _shutdown_all)
+
+
+observe.provides_view(BaseManager, BaseManager._page_view)

@@ -190,8 +190,9 @@ class Ring:
         self._grace_timer: threading.Timer | None = None
         self._report_every: float | None = None
 
-    def view(self) -> list[MemberView]:
-        """Its members now, for the run's page (none before :meth:`start`)."""
+    def _page_view(self) -> list[MemberView]:
+        """Its members now, for the run's page (none before :meth:`start`;
+        :func:`fiberlite.observe.view_of`)."""
         rendezvous = self._rendezvous
         if rendezvous is None:
             return []
@@ -434,3 +435,6 @@ class Ring:
         if info is not None:  # the exception with its remote traceback, or that traceback alone
             error.__cause__ = info["failure"].rebuild()
         return error
+
+
+observe.provides_view(Ring, Ring._page_view)

@@ -1,5 +1,5 @@
-"""The page's rows come from the public views the objects give it (``Manager.view()``,
-``Queue.view()``, ``Pool.view()``, a result's ``progress()``), read by a registry that
+"""The page's rows come from the public views the objects give it (``fiberlite.observe.view_of(manager)``,
+queue and pool views, a result's ``progress()``), read by a registry that
 watches this process, without a server."""
 from __future__ import annotations
 

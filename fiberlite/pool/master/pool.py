@@ -119,9 +119,9 @@ class Pool:
                            Process if context is None else context.Process)
         observe.notice("pool", self)
 
-    def view(self) -> PoolView | None:
+    def _page_view(self) -> PoolView | None:
         """A read-only view of the pool's workers and queue, for the run's page (None
-        once the pool is gone)."""
+        once the pool is gone; :func:`fiberlite.observe.view_of`)."""
         core = getattr(self, "_core", None)
         return None if core is None else PoolView(core)
 
@@ -325,3 +325,6 @@ def _feed_imap(core: Core, group: Any, sink: IMapIterator, source: Iterable, chu
             sink._set_length(length)
     except BaseException as exc:  # the pool stopped under us
         sink._abort(exc)
+
+
+observe.provides_view(Pool, Pool._page_view)
