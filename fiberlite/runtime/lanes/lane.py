@@ -26,6 +26,7 @@ import os
 import select
 import socket
 import struct
+import threading
 import time
 from typing import Any
 
@@ -43,6 +44,10 @@ _DONTWAIT = socket.MSG_DONTWAIT | _NOSIGNAL
 _CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP
 _POLL_OUT = select.POLLOUT
+# the main thread waits in slices of this long: a Ctrl-C that the kernel gave another
+# thread is raised in the main thread within a slice, as by the stdlib's waits
+SIGNAL_SLICE = 0.02
+_MAIN = threading.main_thread().ident
 
 
 def available() -> bool:
@@ -90,6 +95,10 @@ class Lane:
     def send(self, payload: Any, block: bool = True) -> bool:
         """Send ``payload`` (a :class:`~fiberlite.wire.codec.Payload`) as one message;
         with ``block`` false, return False instead of waiting for room."""
+        if block and threading.get_ident() == _MAIN:  # (waits in slices: see SIGNAL_SLICE)
+            while not self.send(payload, block=False):
+                self.wait_writable(SIGNAL_SLICE)
+            return True
         frame = item_frame(payload)
         flags = _NOSIGNAL if block else _DONTWAIT
         try:
@@ -137,7 +146,10 @@ class Lane:
             os.close(fd)
 
     def wait_writable(self, timeout: float | None) -> bool:
-        """Wait until a message could be sent (or the lane ended); False after ``timeout``."""
+        """Wait until a message could be sent (or the lane ended); False after ``timeout``
+        (a wait of the main thread for ever is one slice: its caller looks again)."""
+        if timeout is None and threading.get_ident() == _MAIN:
+            timeout = SIGNAL_SLICE
         poller = select.poll()
         poller.register(self.writing, _POLL_OUT)
         return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
@@ -156,14 +168,17 @@ class Lane:
         got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC))
         if got is not None:
             return self._decode(got[0], got[1])
-        if timeout is None:
+        main = threading.get_ident() == _MAIN
+        if timeout is None and not main:
             data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _CLOEXEC)
             return self._decode(data, ancillary)
-        deadline = time.monotonic() + max(0.0, timeout)
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._wait_readable(left):
+            left = SIGNAL_SLICE if deadline is None else deadline - time.monotonic()
+            if left <= 0:
                 return None
+            if not self._wait_readable(min(left, SIGNAL_SLICE) if main else left):
+                continue
             try:
                 data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC)
             except BlockingIOError:  # another reader was first
@@ -179,10 +194,18 @@ class Lane:
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether a message (or the end) is there to read, waiting up to ``timeout``."""
-        poller = select.poll()
-        poller.register(self.reading, _POLL_IN)
-        wait = None if timeout is None else max(0, int(timeout * 1000 + 0.999)) if timeout > 0 else 0
-        return bool(poller.poll(wait))
+        if timeout is not None and timeout <= 0:
+            poller = select.poll()
+            poller.register(self.reading, _POLL_IN)
+            return bool(poller.poll(0))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        main = threading.get_ident() == _MAIN
+        while True:
+            left = SIGNAL_SLICE if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._wait_readable(min(left, SIGNAL_SLICE) if main else left):
+                return True
 
     @staticmethod
     def _decode(data: bytes, ancillary: list) -> Any:
