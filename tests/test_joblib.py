@@ -1,0 +1,105 @@
+"""fiberlite.joblib: joblib.Parallel and scikit-learn's n_jobs on fiberlite workers,
+compared with the same calls run serially."""
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import pytest
+
+import fiberlite
+import fiberlite.joblib
+
+joblib = pytest.importorskip("joblib")
+np = pytest.importorskip("numpy")
+
+pytestmark = pytest.mark.timeout(120)
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class CustomError(Exception):
+    pass
+
+
+def square(x):
+    return x * x
+
+
+def where(_=None):
+    return fiberlite.current_process().name
+
+
+def fail_on(x, bad):
+    if x == bad:
+        raise CustomError(f"bad item {x}")
+    return x
+
+
+def kind_and_sum(array):
+    return type(array).__name__, float(array.sum())
+
+
+class TestOnFiberliteWorkers:
+    """One kept executor of 2 workers serves every call (its jobs live until the class ends)."""
+
+    jobs_kept_by_class = True
+
+    @classmethod
+    def setup_class(cls):
+        fiberlite.joblib.register()
+
+    @classmethod
+    def teardown_class(cls):
+        fiberlite.joblib.shutdown()
+        assert fiberlite.active_children() == []
+
+    def test_parallel_runs_on_fiberlite_workers(self):
+        with joblib.parallel_config(backend="fiberlite", n_jobs=2):
+            assert joblib.Parallel()(joblib.delayed(square)(i) for i in range(30)) == \
+                [i * i for i in range(30)]
+            names = joblib.Parallel()(joblib.delayed(where)() for _ in range(4))
+        assert all(name.startswith("PoolWorker-") for name in names)
+
+    def test_return_as_generator(self):
+        with joblib.parallel_config(backend="fiberlite", n_jobs=2):
+            results = joblib.Parallel(return_as="generator")(joblib.delayed(square)(i) for i in range(8))
+            assert not isinstance(results, list)
+            assert list(results) == [i * i for i in range(8)]
+            unordered = joblib.Parallel(return_as="generator_unordered")(
+                joblib.delayed(square)(i) for i in range(8))
+            assert sorted(unordered) == [i * i for i in range(8)]
+
+    def test_a_tasks_exception_reaches_the_caller_and_the_next_call_works(self):
+        with joblib.parallel_config(backend="fiberlite", n_jobs=2):
+            with pytest.raises(CustomError, match="bad item 3"):
+                joblib.Parallel()(joblib.delayed(fail_on)(i, 3) for i in range(6))
+            assert joblib.Parallel()(joblib.delayed(square)(i) for i in range(3)) == [0, 1, 4]
+
+    def test_large_arrays_travel_by_value_not_memory_mapped(self):
+        array = np.arange(500_000, dtype=np.float64)  # 4 MB: loky would memory-map it
+        with joblib.parallel_config(backend="fiberlite", n_jobs=2, max_nbytes="1M"):
+            results = joblib.Parallel()(joblib.delayed(kind_and_sum)(array) for _ in range(3))
+        assert results == [("ndarray", float(array.sum()))] * 3
+
+    def test_scikit_learn_grid_search_finds_what_a_serial_one_finds(self):
+        pytest.importorskip("sklearn")
+        from sklearn.datasets import make_classification
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.model_selection import GridSearchCV
+        X, y = make_classification(120, 6, random_state=0)
+        grid = {"C": [0.01, 0.1, 1.0, 10.0]}
+        serial = GridSearchCV(LogisticRegression(), grid, cv=3, n_jobs=1).fit(X, y)
+        with joblib.parallel_config(backend="fiberlite", n_jobs=2):
+            spread = GridSearchCV(LogisticRegression(), grid, cv=3).fit(X, y)
+        assert spread.best_params_ == serial.best_params_
+        assert np.allclose(spread.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"])
+
+
+def test_one_job_runs_in_this_process_and_bad_n_jobs_is_refused():
+    fiberlite.joblib.register()
+    with joblib.parallel_config(backend="fiberlite", n_jobs=1):
+        assert joblib.Parallel()(joblib.delayed(where)() for _ in range(2)) == ["MainProcess"] * 2
+    with pytest.raises(ValueError, match="n_jobs == 0"):
+        with joblib.parallel_config(backend="fiberlite", n_jobs=0):
+            joblib.Parallel()(joblib.delayed(square)(1) for _ in range(2))
