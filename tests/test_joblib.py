@@ -1,5 +1,5 @@
-"""fiberlite.joblib: joblib.Parallel and scikit-learn's n_jobs on fiberlite workers,
-compared with the same calls run serially."""
+"""fiberlite.joblib: joblib.Parallel on fiberlite workers, compared with the same calls
+run serially (scikit-learn's GridSearchCV with it: tests/test_examples.py, joblib_sklearn.py)."""
 from __future__ import annotations
 
 import sys
@@ -81,19 +81,6 @@ class TestOnFiberliteWorkers:
         with joblib.parallel_config(backend="fiberlite", n_jobs=2, max_nbytes="1M"):
             results = joblib.Parallel()(joblib.delayed(kind_and_sum)(array) for _ in range(3))
         assert results == [("ndarray", float(array.sum()))] * 3
-
-    def test_scikit_learn_grid_search_finds_what_a_serial_one_finds(self):
-        pytest.importorskip("sklearn")
-        from sklearn.datasets import make_classification
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.model_selection import GridSearchCV
-        X, y = make_classification(120, 6, random_state=0)
-        grid = {"C": [0.01, 0.1, 1.0, 10.0]}
-        serial = GridSearchCV(LogisticRegression(), grid, cv=3, n_jobs=1).fit(X, y)
-        with joblib.parallel_config(backend="fiberlite", n_jobs=2):
-            spread = GridSearchCV(LogisticRegression(), grid, cv=3).fit(X, y)
-        assert spread.best_params_ == serial.best_params_
-        assert np.allclose(spread.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"])
 
 
 def test_one_job_runs_in_this_process_and_bad_n_jobs_is_refused():

@@ -54,12 +54,12 @@ def test_a_shared_memory_tensor_pickles_by_value():
     assert torch.equal(pickle.loads(data), tensor)
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["workers per epoch", "persistent"])
-def test_dataloader_yields_the_batches_of_num_workers_0(persistent):
+def test_persistent_workers_yield_the_batches_of_num_workers_0_each_epoch():
+    """(workers started for each epoch: tests/test_examples.py, torch_dataloader.py)"""
     expected = batches(DataLoader(Squares(), batch_size=8))
-    loader = DataLoader(Squares(), batch_size=8, num_workers=2, persistent_workers=persistent,
+    loader = DataLoader(Squares(), batch_size=8, num_workers=2, persistent_workers=True,
                         multiprocessing_context=fiberlite.get_context())
-    for _ in range(2 if persistent else 1):
+    for _ in range(2):
         epoch = list(loader)
         assert all(in_job.all() for _, _, in_job in epoch)  # made in the workers, fiberlite jobs
         assert same(batches(epoch), expected)
