@@ -11,7 +11,7 @@ import cloudpickle
 import pytest
 
 import fiberlite
-from fiberlite.wire.pickling import dumps_bytes
+from fiberlite.wire.pickling import dumps, dumps_bytes, loads
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
@@ -45,6 +45,29 @@ def test_fiberlite_contexts_are_multiprocessing_contexts():
     for ctx in (fiberlite.get_context(), fiberlite.get_context("local"), fiberlite.get_context("spawn")):
         assert isinstance(ctx, multiprocessing.context.BaseContext)
     assert fiberlite.get_context().Queue.__func__ is fiberlite.BaseContext.Queue
+
+
+def _tensors() -> dict:
+    base = torch.arange(24.0).reshape(4, 6)
+    return {"float32": base.clone(), "int64": torch.arange(5), "bool": torch.tensor([True, False]),
+            "0-dim": torch.tensor(3.5), "empty": torch.empty(0, 3), "a view": base[1:3],
+            "transposed": base.t(), "bfloat16": base.to(torch.bfloat16),
+            "requires grad": torch.ones(3, requires_grad=True),
+            "Parameter": torch.nn.Parameter(torch.ones(2)), "shared": base.clone().share_memory_()}
+
+
+def test_tensors_of_every_kind_travel_by_value():
+    for kind, tensor in _tensors().items():
+        data, buffers = dumps(tensor)
+        back = loads(data, buffers)
+        assert type(back) is type(tensor) and back.dtype == tensor.dtype, kind
+        assert back.shape == tensor.shape and torch.equal(back.detach(), tensor.detach()), kind
+        assert back.requires_grad == tensor.requires_grad, kind
+    data, buffers = dumps(torch.zeros(64, 1024))
+    assert len(buffers) == 1  # a plain tensor's memory travels out of band, as an array's does
+    back = loads(data, [bytes(b) for b in buffers])  # read-only memory, as a received message's
+    back += 1  # the loaded tensor owns writable memory
+    assert float(back.sum()) == 64 * 1024
 
 
 def test_a_shared_memory_tensor_pickles_by_value():
