@@ -18,9 +18,12 @@ import os
 import threading
 from typing import Any, Callable
 
-import joblib
-from joblib._parallel_backends import (AutoBatchingMixin, FallbackToBackend, ParallelBackendBase,
-                                       SequentialBackend)
+try:
+    import joblib
+    from joblib._parallel_backends import (AutoBatchingMixin, FallbackToBackend,
+                                           ParallelBackendBase, SequentialBackend)
+except ImportError as missing:
+    raise ImportError(f"fiberlite.joblib needs joblib ({missing}): pip install joblib") from None
 
 from .context import BaseContext, default_context
 from .futures import ProcessPoolExecutor
