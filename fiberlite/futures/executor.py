@@ -204,6 +204,16 @@ class ProcessPoolExecutor(concurrent.futures.Executor):
                 self._pool.join()
                 self._closed = True
 
+    def __del__(self) -> None:
+        """Dropped without ``shutdown``: as the standard library's, the workers are let go
+        (nothing runs any more: a running task's callback holds the executor)."""
+        pool = getattr(self, "_pool", None)
+        if pool is not None and not self._closed:
+            try:
+                pool.close()
+            except Exception:
+                pass
+
     def _close_when_idle(self) -> None:
         with self._idle:
             while self._live:

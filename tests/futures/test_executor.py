@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import multiprocessing
 import os
 import signal
 import sys
 import threading
+import warnings
 
 import cloudpickle
 import pytest
+from waiting import eventually
 
 import fiberlite
 from fiberlite.errors import RemoteTraceback, WorkerLostError
@@ -178,3 +181,13 @@ def test_bad_arguments_are_refused_at_construction():
 def test_the_stdlib_executor_given_a_fiberlite_context_names_the_fiberlite_one():
     with pytest.raises(TypeError, match=r"fiberlite\.futures\.ProcessPoolExecutor"):
         concurrent.futures.ProcessPoolExecutor(1, mp_context=fiberlite.get_context())
+
+
+def test_an_executor_dropped_without_shutdown_lets_its_workers_go():
+    executor = ProcessPoolExecutor(1)
+    assert executor.submit(square, 3).result(30) == 9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)  # the pool was closed, not abandoned
+        del executor
+        gc.collect()
+    eventually(lambda: fiberlite.active_children() == [], timeout=15, what=lambda: f"workers {fiberlite.active_children()}")
