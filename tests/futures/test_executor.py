@@ -190,4 +190,5 @@ def test_an_executor_dropped_without_shutdown_lets_its_workers_go():
         warnings.simplefilter("error", ResourceWarning)  # the pool was closed, not abandoned
         del executor
         gc.collect()
-    eventually(lambda: fiberlite.active_children() == [], timeout=15, what=lambda: f"workers {fiberlite.active_children()}")
+    eventually(lambda: fiberlite.active_children() == [], timeout=15,
+               what=lambda: f"its workers {fiberlite.active_children()}")
