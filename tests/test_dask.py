@@ -9,6 +9,7 @@ import pytest
 
 import fiberlite
 from fiberlite.futures import ProcessPoolExecutor
+from jobs import TaskError, worker_name
 
 dask = pytest.importorskip("dask")
 np = pytest.importorskip("numpy")
@@ -20,16 +21,8 @@ pytestmark = pytest.mark.timeout(120)
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-class CustomError(Exception):
-    pass
-
-
-def where(_=None):
-    return fiberlite.current_process().name
-
-
 def refuse(x):
-    raise CustomError(f"refused {x}")
+    raise TaskError(f"refused {x}")
 
 
 class TestProcessesSchedulerOnAFiberliteExecutor:
@@ -54,7 +47,7 @@ class TestProcessesSchedulerOnAFiberliteExecutor:
         words = db.from_sequence(["a", "bb", "a", "ccc", "bb", "a"] * 20, npartitions=4)
         lengths = words.map(len).sum()
         counts = words.frequencies()
-        names = [dask.delayed(where)(i) for i in range(4)]
+        names = [dask.delayed(worker_name)(i) for i in range(4)]
         expected = dask.compute(gram, lengths, counts, scheduler="synchronous")
         got_gram, got_lengths, got_counts, got_names = self.compute(gram, lengths, counts, names)
         assert np.allclose(got_gram, expected[0])
@@ -62,5 +55,5 @@ class TestProcessesSchedulerOnAFiberliteExecutor:
         assert all(name.startswith("PoolWorker-") for name in got_names)
 
     def test_a_tasks_exception_reaches_the_caller(self):
-        with pytest.raises(CustomError, match="refused 3"):
+        with pytest.raises(TaskError, match="refused 3"):
             self.compute(dask.delayed(refuse)(3))

@@ -9,6 +9,7 @@ import pytest
 
 import fiberlite
 import fiberlite.joblib
+from jobs import TaskError, fail_on, square, worker_name
 
 joblib = pytest.importorskip("joblib")
 np = pytest.importorskip("numpy")
@@ -16,24 +17,6 @@ np = pytest.importorskip("numpy")
 pytestmark = pytest.mark.timeout(120)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-class CustomError(Exception):
-    pass
-
-
-def square(x):
-    return x * x
-
-
-def where(_=None):
-    return fiberlite.current_process().name
-
-
-def fail_on(x, bad):
-    if x == bad:
-        raise CustomError(f"bad item {x}")
-    return x
 
 
 def kind_and_sum(array):
@@ -58,7 +41,7 @@ class TestOnFiberliteWorkers:
         with joblib.parallel_config(backend="fiberlite", n_jobs=2):
             assert joblib.Parallel()(joblib.delayed(square)(i) for i in range(30)) == \
                 [i * i for i in range(30)]
-            names = joblib.Parallel()(joblib.delayed(where)() for _ in range(4))
+            names = joblib.Parallel()(joblib.delayed(worker_name)() for _ in range(4))
         assert all(name.startswith("PoolWorker-") for name in names)
 
     def test_return_as_generator(self):
@@ -72,8 +55,8 @@ class TestOnFiberliteWorkers:
 
     def test_a_tasks_exception_reaches_the_caller_and_the_next_call_works(self):
         with joblib.parallel_config(backend="fiberlite", n_jobs=2):
-            with pytest.raises(CustomError, match="bad item 3"):
-                joblib.Parallel()(joblib.delayed(fail_on)(i, 3) for i in range(6))
+            with pytest.raises(TaskError, match="bad item 3"):
+                joblib.Parallel()(joblib.delayed(fail_on)(i) for i in range(6))
             assert joblib.Parallel()(joblib.delayed(square)(i) for i in range(3)) == [0, 1, 4]
 
     def test_large_arrays_travel_by_value_not_memory_mapped(self):
@@ -86,7 +69,7 @@ class TestOnFiberliteWorkers:
 def test_one_job_runs_in_this_process_and_bad_n_jobs_is_refused():
     fiberlite.joblib.register()
     with joblib.parallel_config(backend="fiberlite", n_jobs=1):
-        assert joblib.Parallel()(joblib.delayed(where)() for _ in range(2)) == ["MainProcess"] * 2
+        assert joblib.Parallel()(joblib.delayed(worker_name)() for _ in range(2)) == ["MainProcess"] * 2
     with pytest.raises(ValueError, match="n_jobs == 0"):
         with joblib.parallel_config(backend="fiberlite", n_jobs=0):
             joblib.Parallel()(joblib.delayed(square)(1) for _ in range(2))

@@ -18,29 +18,12 @@ import fiberlite
 from fiberlite.errors import RemoteTraceback, WorkerLostError
 from fiberlite.futures import BrokenProcessPool, ProcessPoolExecutor
 from fiberlite.futures.executor import WINDOW_PER_WORKER
+from jobs import TaskError, add, fail_on, square
 
 pytestmark = pytest.mark.timeout(60)
 
 # Tasks travel by value, as functions of a user's __main__ do: workers need not import this file.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-class CustomError(Exception):
-    pass
-
-
-def square(x):
-    return x * x
-
-
-def add(a, b=0):
-    return a + b
-
-
-def fail_on(x, bad=3):
-    if x == bad:
-        raise CustomError(f"bad item {x}")  # the remote line
-    return x
 
 
 def wait_for(event, value=None):
@@ -59,7 +42,7 @@ def kill_on(x, bad):
 
 
 def refuse_to_start():
-    raise CustomError("no start")
+    raise TaskError("no start")
 
 
 @pytest.fixture(scope="class")
@@ -90,13 +73,13 @@ class TestOneExecutor:
         assert name.startswith("PoolWorker-") and pid != os.getpid()
 
     def test_a_tasks_exception_comes_back_with_the_remote_traceback(self, executor):
-        with pytest.raises(CustomError, match="bad item 3") as info:
+        with pytest.raises(TaskError, match="bad item 3") as info:
             executor.submit(fail_on, 3).result(30)
         assert isinstance(info.value.__cause__, RemoteTraceback)
         assert "the remote line" in str(info.value.__cause__)
         results = executor.map(fail_on, range(6), chunksize=2)
         assert [next(results), next(results)] == [0, 1]
-        with pytest.raises(CustomError, match="bad item 3") as info:
+        with pytest.raises(TaskError, match="bad item 3") as info:
             next(results)  # the chunk (2, 3) failed
         assert "the remote line" in str(info.value.__cause__)
 
