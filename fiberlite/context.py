@@ -8,7 +8,9 @@ accepted and all mean the same here: a fresh job that receives the pickled targe
 """
 from __future__ import annotations
 
+import multiprocessing.context
 import os
+import sys
 from typing import Any
 
 from . import config, errors, process
@@ -18,8 +20,15 @@ from .runtime.launch_options import LaunchOptions
 START_METHODS = ("spawn", "fork", "forkserver")
 
 
-class BaseContext:
-    """The factories of ``multiprocessing``, starting jobs on ``backend``."""
+STDLIB_EXECUTOR_MODULE = "concurrent.futures.process"
+
+
+class BaseContext(multiprocessing.context.BaseContext):
+    """The factories of ``multiprocessing``, starting jobs on ``backend``.
+
+    A ``multiprocessing.context.BaseContext``, so that libraries that ask for one (PyTorch's
+    ``DataLoader(multiprocessing_context=...)``) take it; every factory is fiberlite's own.
+    """
 
     ProcessError = errors.ProcessError
     BufferTooShort = errors.BufferTooShort
@@ -92,6 +101,11 @@ class BaseContext:
         return BaseContext(method)
 
     def get_start_method(self, allow_none: bool = False) -> str:
+        if sys._getframe(1).f_globals.get("__name__") == STDLIB_EXECUTOR_MODULE:
+            # its first call on its context; its queues would travel as file descriptors
+            raise TypeError("concurrent.futures.ProcessPoolExecutor cannot start its workers "
+                            "on a fiberlite context: use fiberlite.futures.ProcessPoolExecutor"
+                            "(max_workers, mp_context=...)")
         return "spawn"
 
     def get_all_start_methods(self) -> list[str]:

@@ -31,6 +31,8 @@ EXPECTED = {
                             "until the first result", "until every worker has run a task",
                             "pods/s"],
     "bench_dashboard.py": ["page closed", "page open", "queue.put seen by a reader"],
+    "bench_futures.py": ["fiberlite Pool.map", "fiberlite executor.map", "mp spawn executor.map",
+                         "mp spawn executor", "fiberlite executor"],
     "bench_managers.py": ["mp spawn Manager", "fiberlite Manager", "manager Queue", "manager list[5]",
                           "manager Lock", "manager Condition"],
     "bench_scale.py": ["mp spawn Pool", "fiberlite Pool", "Pool(4) until every worker",
@@ -52,6 +54,8 @@ EXPECTED = {
 OPTIONS = {
     "bench_kubernetes.py": ["--workers", "4", "--pods", "2"],
     "bench_scale.py": ["--workers", "4", "--tasks", "200", "--cpu-tasks", "1000"],
+    # GridSearchCV and DataLoader start interpreters that import scikit-learn and torch
+    "bench_futures.py": ["--only", "map", "--only", "roundtrip"],
     # the third column too; a side that hangs prints its stacks and is killed before the
     # run times out, so its cell says so
     "bench_primitives.py": ["--share-machine", "both", "--timeout", "40"],

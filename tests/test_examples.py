@@ -69,3 +69,30 @@ def test_cluster_run_with_fiberlite_run_on_docker():
         assert left == [], left
     finally:
         client.close()
+
+
+def test_futures_executor():
+    out = run_example("futures_executor.py")
+    assert "longest chain below 10000 starts at 6171" in out
+    assert "collatz_steps(27) = 111" in out and "collatz_steps(871) = 178" in out
+    assert "raised in a worker: -1 is not positive | remote traceback attached: True" in out
+
+
+def test_joblib_sklearn():
+    pytest.importorskip("sklearn")
+    out = run_example("joblib_sklearn.py")
+    assert "squares: [0, 1, 4, 9, 16, 25, 36, 49]" in out
+    assert "the scores of n_jobs=1: True" in out  # GridSearchCV with the fiberlite backend
+
+
+def test_dask_processes():
+    pytest.importorskip("dask")
+    out = run_example("dask_processes.py")
+    assert f"sum of squares: {sum(i * i for i in range(1_000_000))}" in out
+    assert "trace of y @ y.T: 4000000.0" in out
+
+
+def test_torch_dataloader():
+    pytest.importorskip("torch")
+    out = run_example("torch_dataloader.py")
+    assert "4 batches from 2 fiberlite workers, the same as num_workers=0: True" in out

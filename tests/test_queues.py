@@ -1,8 +1,10 @@
 """Queue, SimpleQueue and JoinableQueue across jobs."""
 from __future__ import annotations
 
+import gc
 import queue
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -159,3 +161,24 @@ def test_empty_on_a_closed_queue_raises_as_the_stdlib_does():
     q.close()
     with pytest.raises(OSError, match="is closed"):  # a SimpleQueue's close() at once
         q.empty()
+
+
+class _Marker:
+    pass
+
+
+def _get_nothing(q, marker) -> None:
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.01)
+
+
+def test_a_timed_out_get_keeps_nothing_of_its_caller():
+    """The Empty raised by a get that timed out does not keep its caller's frames (and
+    their locals) alive (PyTorch's DataLoader iterator was kept so, with its workers)."""
+    q = fiberlite.Queue()
+    marker = _Marker()
+    kept = weakref.ref(marker)
+    _get_nothing(q, marker)
+    del marker
+    gc.collect()
+    assert kept() is None

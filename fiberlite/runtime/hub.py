@@ -103,6 +103,9 @@ class LocalRequest:
         ok, value = self._result
         if ok:
             return value
+        # not kept here: the raised exception's traceback holds the caller's frames, and a
+        # waiter list or timer may still hold this request
+        self._result = (False, None)
         raise value
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 
 import cloudpickle
 
-from . import main_globals
+from . import main_globals, tensors
 
 PROTOCOL = 5
 OUT_OF_BAND_MIN = 64 * 1024  # smaller payloads are cheaper to copy into the pickle
@@ -70,6 +70,17 @@ def register_reducer(kind: type, reduce: Any) -> None:
     Pickler.dispatch_table.maps[0][kind] = reduce
 
 
+_tensors_pending = True  # torch.Tensor's reducer is registered once torch is imported
+
+
+def _register_tensors() -> None:
+    global _tensors_pending
+    found = tensors.reducer_if_imported()
+    if found is not None:
+        register_reducer(*found)
+        _tensors_pending = False
+
+
 class _StandIns(Pickler):
     stand_ins = True
 
@@ -87,6 +98,8 @@ def _with_stand_ins(pickle_it: Callable[[type], Any]) -> Any:
     """``pickle_it(Pickler)``; if that fails and the main script has a file, once more with
     its unpicklable globals replaced (see :mod:`.main_globals`). The first error is raised
     if the second try fails too."""
+    if _tensors_pending:
+        _register_tensors()
     try:
         return pickle_it(Pickler)
     except Exception as exc:

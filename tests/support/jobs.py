@@ -225,3 +225,27 @@ def slow_square(x: int, seconds: float = 0.02) -> tuple[int, int]:
     """``(x, x * x)`` after ``seconds``: a map long enough to kill a worker in."""
     time.sleep(seconds)
     return x, x * x
+
+
+# -- tasks of the executors and the other libraries' backends -------------------------------------
+class TaskError(Exception):
+    """Raised by :func:`fail_on`: a class the caller can catch by name."""
+
+
+def square(x):
+    return x * x
+
+
+def add(a, b=0):
+    return a + b
+
+
+def fail_on(x, bad=3):
+    if x == bad:
+        raise TaskError(f"bad item {x}")  # the remote line
+    return x
+
+
+def worker_name(_=None) -> str:
+    """The name of the process a task ran in (``PoolWorker-N`` in a pool's worker)."""
+    return fiberlite.current_process().name
