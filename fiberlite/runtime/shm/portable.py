@@ -1,0 +1,405 @@
+"""Process-shared locks, semaphores and waits without the C extension: POSIX named semaphores.
+
+The same objects and functions as the C extension ``_sync`` (:mod:`.sync` chooses one),
+for platforms where it is not built (macOS, no C compiler) or when the
+``portable_sync`` setting asks for it. The state a process may need to recover (who
+holds a lock, the units each process holds of a semaphore) lives in the shared memory
+as with ``_sync``; what sleeps is a named semaphore of the standard library
+(``_multiprocessing.SemLock``, what ``multiprocessing`` itself uses on Linux and
+macOS), whose waits raise ``KeyboardInterrupt`` on Ctrl-C as the standard library's do.
+
+Each named semaphore belongs to a word of the memory: its name is a digest of the
+segment's header (the arena's cookie and the segment's id) and the word's offset, so
+that every process mapping the memory opens the same one, and nothing more travels
+when a primitive is pickled. The process that lays a primitive out creates its
+semaphores (``setup_*``) and removes their names when its memory is freed
+(:func:`teardown`) or when it exits; if it is killed, the standard library's resource
+tracker removes them.
+
+    Mutex      word 0: the holder's token (slot << 12 | thread index); word 1: its depth;
+               a semaphore of one unit is the lock itself
+    Semaphore  value, bound, initial value, a table of (slot, units held); a counting
+               semaphore holds the units, a semaphore of one unit guards the table
+    a word     that is waited on (an event's flag, a condition's sequence): see
+               :mod:`.portable_words`
+
+What the C extension does and this cannot: a process killed within the few
+instructions between taking a lock's semaphore and writing its token (or inside a
+semaphore's or a word's bookkeeping) leaves that primitive held; see
+docs/multiprocessing.md.
+"""
+from __future__ import annotations
+
+import _multiprocessing
+import atexit
+import base64
+import hashlib
+import threading
+from _multiprocessing import SemLock
+from threading import get_ident
+from typing import Any
+
+SEMAPHORE_KIND = 1  # multiprocessing.synchronize.SEMAPHORE
+VALUE_MAX = SemLock.SEM_VALUE_MAX
+THREAD_BITS = 12
+TOKEN_MASK = 0x7FFFFFFF
+MAX_SLOT = TOKEN_MASK >> THREAD_BITS
+HELD = 24
+UNBOUNDED = 0xFFFFFFFF
+MUTEX_BYTES = 8
+S_VALUE, S_MAX, S_INITIAL, S_HELD = 0, 1, 2, 4
+SEMAPHORE_BYTES = 4 * (S_HELD + 2 * HELD)
+HEADER_BYTES = 24  # the segment header the names are made from (arena.HEADER)
+
+
+class NotOwnedError(AssertionError, RuntimeError):
+    """An operation that needs the lock held by the calling thread was called without it."""
+
+
+NotOwnedError.__module__ = "fiberlite.synchronize"
+
+
+# -- names and semaphores ------------------------------------------------------------------
+_created: dict[tuple[bytes, int], list[str]] = {}  # (segment header, offset) -> names made here
+_created_lock = threading.Lock()
+
+
+def _name(buffer: Any, offset: int, role: bytes) -> str:
+    """The name of the semaphore ``role`` of the word at ``offset`` (at most 30 characters,
+    as macOS allows 31)."""
+    digest = hashlib.blake2b(bytes(buffer[:HEADER_BYTES]) + offset.to_bytes(8, "little") + role,
+                             digest_size=10).digest()
+    return "/fl" + base64.b32encode(digest).decode().lower()
+
+
+def _create(buffer: Any, offset: int, role: bytes, value: int, maxvalue: int) -> None:
+    name = _name(buffer, offset, role)
+    try:
+        semaphore = SemLock(SEMAPHORE_KIND, value, maxvalue, name, False)
+    except FileExistsError:  # left by an earlier use of this memory that was not told apart
+        _multiprocessing.sem_unlink(name)
+        semaphore = SemLock(SEMAPHORE_KIND, value, maxvalue, name, False)
+    del semaphore  # opened again by whoever uses it
+    _track(name)
+    with _created_lock:
+        _created.setdefault((bytes(buffer[:HEADER_BYTES]), offset), []).append(name)
+
+
+def _open(buffer: Any, offset: int, role: bytes, maxvalue: int) -> SemLock:
+    name = _name(buffer, offset, role)
+    try:
+        return SemLock._rebuild(0, SEMAPHORE_KIND, maxvalue, name)
+    except FileNotFoundError:
+        raise RuntimeError(f"the semaphore of the shared word at offset {offset} is gone "
+                           "(its creator freed it or exited)") from None
+
+
+def _track(name: str) -> None:
+    """Have the standard library's resource tracker remove ``name`` if this process is killed."""
+    try:
+        from multiprocessing import resource_tracker
+        resource_tracker.register(name, "semaphore")
+    except Exception:  # no tracker: the name outlives a killed process
+        pass
+
+
+def _remove(names: list[str]) -> None:
+    for name in names:
+        try:
+            _multiprocessing.sem_unlink(name)
+        except OSError:
+            pass
+        try:
+            from multiprocessing import resource_tracker
+            resource_tracker.unregister(name, "semaphore")
+        except Exception:
+            pass
+
+
+def teardown(buffer: Any, offset: int, size: int) -> None:
+    """The block at ``offset`` is freed: remove the names of the semaphores made in it."""
+    header = bytes(buffer[:HEADER_BYTES])
+    names: list[str] = []
+    with _created_lock:
+        for at in range(offset, offset + size, 4):
+            names += _created.pop((header, at), ())
+    _remove(names)
+
+
+@atexit.register
+def _remove_all() -> None:
+    with _created_lock:
+        names = [name for group in _created.values() for name in group]
+        _created.clear()
+    _remove(names)
+
+
+# -- threads ----------------------------------------------------------------------------------
+_indexes: dict[int, int] = {}
+_next_index = [0]
+
+
+def _thread() -> int:
+    """This thread's index (1 .. 4095) in the tokens of this process."""
+    index = _indexes.get(get_ident())
+    if index is None:
+        _next_index[0] += 1
+        index = _indexes[get_ident()] = _next_index[0] % ((1 << THREAD_BITS) - 1) + 1
+    return index
+
+
+def after_fork() -> None:
+    """In a forked child: its threads are numbered anew."""
+    _indexes.clear()
+
+
+def _check_slot(slot: int) -> None:
+    if not 0 < slot <= MAX_SLOT:
+        raise ValueError(f"slot {slot} out of range")
+
+
+def _acquire_whatever(semaphore: SemLock) -> None:
+    """Take ``semaphore`` however long it takes; an exception raised by a signal handler
+    meanwhile is raised once it is held."""
+    pending: BaseException | None = None
+    while True:
+        try:
+            semaphore.acquire()
+            break
+        except BaseException as exc:
+            pending = pending or exc
+    if pending is not None:
+        raise pending
+
+
+# -- Mutex ----------------------------------------------------------------------------------
+def setup_mutex(buffer: Any, offset: int) -> None:
+    """Lay out a new (free) mutex at ``offset``: its semaphore."""
+    _create(buffer, offset, b"m", 1, 1)
+
+
+class Mutex:
+    """Mutex(buffer, offset, slot, recursive=False): a lock in shared memory."""
+
+    __slots__ = ("_words", "_semaphore", "_base", "_recursive", "acquire", "release")
+
+    def __init__(self, buffer: Any, offset: int, slot: int, recursive: bool = False) -> None:
+        _check_slot(slot)
+        self._words = memoryview(buffer)[offset:offset + MUTEX_BYTES].cast("I")
+        self._semaphore = _open(buffer, offset, b"m", 1)
+        self._base = slot << THREAD_BITS
+        self._recursive = recursive
+        self.acquire = self._acquire_recursive if recursive else self._acquire_lock
+        self.release = self._release_recursive if recursive else self._release_lock
+
+    def _acquire_lock(self, block: bool = True, timeout: float | None = None) -> bool:
+        if self._semaphore.acquire(block, timeout):
+            words = self._words
+            words[0] = self._base | _thread()
+            words[1] = 1
+            return True
+        return False
+
+    def _acquire_recursive(self, block: bool = True, timeout: float | None = None) -> bool:
+        return self._acquire_token(self._base | _thread(), block, timeout)
+
+    def _acquire_token(self, token: int, block: bool = True, timeout: float | None = None) -> bool:
+        words = self._words
+        if self._recursive and words[0] == token:
+            words[1] += 1
+            return True
+        if self._semaphore.acquire(block, timeout):
+            words[0] = token
+            words[1] = 1
+            return True
+        return False
+
+    def _release_lock(self) -> None:
+        words = self._words
+        if not words[0]:
+            raise ValueError("semaphore or lock released too many times")
+        words[1] = 0
+        words[0] = 0
+        self._semaphore.release()
+
+    def _release_recursive(self) -> None:
+        self._release_token(self._base | _thread())
+
+    def _release_token(self, token: int) -> None:
+        words = self._words
+        if self._recursive:
+            if words[0] != token:
+                raise NotOwnedError("attempt to release recursive lock not owned by thread")
+            if words[1] > 1:
+                words[1] -= 1
+                return
+        elif not words[0]:
+            raise ValueError("semaphore or lock released too many times")
+        words[1] = 0
+        words[0] = 0
+        self._semaphore.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def acquire_as(self, token: int, block: bool = True, timeout: float | None = None) -> bool:
+        """Acquire for the holder named by ``token``."""
+        return self._acquire_token(token & TOKEN_MASK, block, timeout)
+
+    def release_as(self, token: int) -> None:
+        self._release_token(token & TOKEN_MASK)
+
+    def release_save(self, token: int = 0) -> int:
+        """Release that hold at any depth (a condition's wait); the depth."""
+        token = token & TOKEN_MASK if token else self.token()
+        words = self._words
+        if words[0] != token:
+            raise NotOwnedError("cannot wait on un-acquired lock")
+        depth = words[1]
+        words[1] = 0
+        words[0] = 0
+        self._semaphore.release()
+        return depth
+
+    def acquire_restore(self, depth: int, token: int = 0) -> None:
+        """Hold it again at ``depth``, however long it takes."""
+        token = token & TOKEN_MASK if token else self.token()
+        try:
+            _acquire_whatever(self._semaphore)
+        finally:
+            self._words[0] = token
+            self._words[1] = depth
+
+    def owner(self) -> int:
+        """The holder's token (0: free)."""
+        return self._words[0]
+
+    def depth(self) -> int:
+        return self._words[1]
+
+    def is_mine(self) -> bool:
+        return self._words[0] == self._base | _thread()
+
+    def token(self) -> int:
+        """The calling thread's token."""
+        return self._base | _thread()
+
+    def recover(self, slot: int) -> bool:
+        """Release the lock if a thread of the (dead) process of ``slot`` holds it."""
+        words = self._words
+        owner = words[0]
+        if not owner or owner >> THREAD_BITS != slot:
+            return False
+        words[1] = 0
+        words[0] = 0
+        self._semaphore.release()
+        return True
+
+
+# -- Semaphore --------------------------------------------------------------------------------
+def setup_semaphore(buffer: Any, offset: int, value: int, maxvalue: int) -> None:
+    """Lay out a semaphore (``maxvalue`` -1: unbounded) and make its semaphores."""
+    words = memoryview(buffer)[offset:offset + SEMAPHORE_BYTES].cast("I")
+    for i in range(len(words)):
+        words[i] = 0
+    words[S_VALUE] = value
+    words[S_MAX] = UNBOUNDED if maxvalue < 0 else maxvalue
+    words[S_INITIAL] = value
+    _create(buffer, offset, b"s", value, VALUE_MAX)
+    _create(buffer, offset, b"g", 1, 1)
+
+
+class Semaphore:
+    """Semaphore(buffer, offset, slot): a counting semaphore in shared memory that records
+    the units each process holds."""
+
+    __slots__ = ("_words", "_units", "_guard", "_slot")
+
+    def __init__(self, buffer: Any, offset: int, slot: int) -> None:
+        _check_slot(slot)
+        self._words = memoryview(buffer)[offset:offset + SEMAPHORE_BYTES].cast("I")
+        self._units = _open(buffer, offset, b"s", VALUE_MAX)
+        self._guard = _open(buffer, offset, b"g", 1)
+        self._slot = slot
+
+    def _index(self, slot: int, claim: bool) -> int:
+        """The table entry of ``slot`` (or a free one when ``claim``); HELD: none."""
+        words, free = self._words, HELD
+        for i in range(HELD):
+            who, count = words[S_HELD + 2 * i], words[S_HELD + 2 * i + 1]
+            if count and who == slot:
+                return i
+            if not count and free == HELD:
+                free = i
+        return free if claim else HELD
+
+    def acquire_as(self, slot: int, block: bool = True, timeout: float | None = None) -> bool:
+        if not self._units.acquire(block, timeout):
+            return False
+        words = self._words
+        _acquire_whatever(self._guard)
+        try:
+            words[S_VALUE] -= 1
+            index = self._index(slot, True)
+            if index < HELD:
+                count = min(words[S_HELD + 2 * index + 1] + 1, words[S_INITIAL])
+                if count:
+                    words[S_HELD + 2 * index] = slot
+                    words[S_HELD + 2 * index + 1] = count
+        finally:
+            self._guard.release()
+        return True
+
+    def release_as(self, slot: int) -> None:
+        words = self._words
+        _acquire_whatever(self._guard)
+        try:
+            if words[S_MAX] != UNBOUNDED and words[S_VALUE] >= words[S_MAX]:
+                raise ValueError("semaphore or lock released too many times")
+            words[S_VALUE] += 1
+            index = self._index(slot, False)
+            if index < HELD:
+                words[S_HELD + 2 * index + 1] -= 1
+        finally:
+            self._guard.release()
+        self._units.release()
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        return self.acquire_as(self._slot, block, timeout)
+
+    def release(self) -> None:
+        self.release_as(self._slot)
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def get_value(self) -> int:
+        return self._words[S_VALUE]
+
+    def recover(self, slot: int) -> int:
+        """Give back the units the (dead) process of ``slot`` held; how many."""
+        words = self._words
+        _acquire_whatever(self._guard)
+        try:
+            index = self._index(slot, False)
+            if index == HELD:
+                return 0
+            back = words[S_HELD + 2 * index + 1]
+            value = words[S_VALUE]
+            if words[S_MAX] != UNBOUNDED and value + back > words[S_MAX]:
+                back = max(0, words[S_MAX] - value)
+            words[S_VALUE] = value + back
+            words[S_HELD + 2 * index] = 0
+            words[S_HELD + 2 * index + 1] = 0
+        finally:
+            self._guard.release()
+        for _ in range(back):
+            self._units.release()
+        return back
+

@@ -1,0 +1,126 @@
+"""Words of shared memory that threads of any process wait on, without the C extension.
+
+The portable path's stand-in for the C extension's futex waits (:mod:`.portable` says
+how names are made and by whom): an event's flag, a condition's sequence number. Each
+waited word has a guard semaphore and a semaphore of wake-ups, and two spare words that
+count its sleepers and the wake-ups posted to them, so that a wake-up is never posted
+for nobody and never lost.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .portable import VALUE_MAX, _acquire_whatever, _create, _open
+
+WORD_SPARE = 8  # a waited word's sleepers and posted wake-ups
+def setup_word(buffer: Any, offset: int) -> None:
+    """Lay out the waits of the word at ``offset``: its guard and its wake-ups."""
+    _create(buffer, offset, b"w", 1, 1)
+    _create(buffer, offset, b"p", 0, VALUE_MAX)
+
+
+class Word:
+    """A word of shared memory that threads of any process wait on (what a futex is to the
+    C extension), with its sleepers and posted wake-ups in the two words at ``spare``."""
+
+    __slots__ = ("_words", "_spare", "_guard", "_posts")
+
+    def __init__(self, buffer: Any, offset: int, spare: int) -> None:
+        self._words = memoryview(buffer)[offset:offset + 4].cast("I")
+        self._spare = memoryview(buffer)[spare:spare + WORD_SPARE].cast("I")  # sleepers, posted
+        self._guard = _open(buffer, offset, b"w", 1)
+        self._posts = _open(buffer, offset, b"p", VALUE_MAX)
+
+    def _post(self, count: int) -> None:
+        """(guard held) Wake up to ``count`` sleepers not woken yet."""
+        spare = self._spare
+        n = min(count, spare[0] - spare[1])
+        if n > 0:
+            spare[1] += n
+            for _ in range(n):
+                self._posts.release()
+
+    def wait(self, expected: int, timeout: float | None) -> bool:
+        """Sleep while the word is ``expected``: False once ``timeout`` passed."""
+        guard, spare = self._guard, self._spare
+        _acquire_whatever(guard)
+        if self._words[0] != expected:
+            guard.release()
+            return True
+        spare[0] += 1
+        guard.release()
+        woken = False
+        try:
+            woken = self._posts.acquire(True, None if timeout is None else max(0.0, timeout))
+        finally:
+            _acquire_whatever(guard)
+            spare[0] -= 1
+            if woken:
+                spare[1] -= 1
+            elif spare[1] > spare[0] and self._posts.acquire(False):
+                spare[1] -= 1  # a wake-up meant for this sleeper, which has gone
+            guard.release()
+        return woken
+
+    def wake(self, count: int) -> None:
+        _acquire_whatever(self._guard)
+        try:
+            self._post(count)
+        finally:
+            self._guard.release()
+
+    def add(self, delta: int) -> int:
+        _acquire_whatever(self._guard)
+        try:
+            old = self._words[0]
+            self._words[0] = (old + delta) & 0xFFFFFFFF
+            return old
+        finally:
+            self._guard.release()
+
+    def set_and_wake(self, value: int) -> None:
+        _acquire_whatever(self._guard)
+        try:
+            self._words[0] = value
+            self._post(VALUE_MAX)
+        finally:
+            self._guard.release()
+
+
+def word(buffer: Any, offset: int, spare: int) -> Word:
+    """The word at ``offset`` as the functions below take it (``spare``: where its
+    :data:`WORD_SPARE` bytes of bookkeeping are)."""
+    return Word(buffer, offset, spare)
+
+
+def wait(word: Word, expected: int, timeout: float | None = None) -> bool:
+    """Sleep while the word is ``expected``; False once the timeout passed."""
+    return word.wait(expected, timeout)
+
+
+def wake(word: Word, count: int) -> None:
+    word.wake(count)
+
+
+def add(word: Word, delta: int) -> int:
+    """Add ``delta``; the old value."""
+    return word.add(delta)
+
+
+def set_and_wake(word: Word, value: int, sleepers: Any = None) -> None:
+    """Store ``value`` and wake every sleeper."""
+    word.set_and_wake(value)
+
+
+def wait_while(word: Word, value: int, sleepers: Any = None, timeout: float | None = None) -> int:
+    """Sleep while the word is ``value`` (or until ``timeout``); the word's value then."""
+    deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    while True:
+        now = word._words[0]
+        if now != value:
+            return now
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return now
+        word.wait(value, remaining)
