@@ -35,6 +35,7 @@ import atexit
 import base64
 import hashlib
 import threading
+import time
 from _multiprocessing import SemLock
 from threading import get_ident
 from typing import Any
@@ -46,8 +47,9 @@ TOKEN_MASK = 0x7FFFFFFF
 MAX_SLOT = TOKEN_MASK >> THREAD_BITS
 HELD = 24
 UNBOUNDED = 0xFFFFFFFF
+UNCLAIMED = 1.0  # seconds a lock stays taken with no holder before a dead process is taken for it
 MUTEX_BYTES = 8
-S_VALUE, S_MAX, S_INITIAL, S_HELD = 0, 1, 2, 4
+S_VALUE, S_MAX, S_INITIAL, S_GUARD, S_HELD = 0, 1, 2, 3, 4
 SEMAPHORE_BYTES = 4 * (S_HELD + 2 * HELD)
 HEADER_BYTES = 24  # the segment header the names are made from (arena.HEADER)
 
@@ -288,15 +290,32 @@ class Mutex:
         return self._base | _thread()
 
     def recover(self, slot: int) -> bool:
-        """Release the lock if a thread of the (dead) process of ``slot`` holds it."""
-        words = self._words
-        owner = words[0]
-        if not owner or owner >> THREAD_BITS != slot:
+        """Release the lock if a thread of the (dead) process of ``slot`` holds it: its token
+        says so, or the lock stays taken with no token for :data:`UNCLAIMED` seconds (its
+        holder died between taking the semaphore and writing its token, or the other way
+        round as it released it)."""
+        if _taken_by(self._words, 0, slot, self._semaphore):
+            self._words[1] = 0
+            self._words[0] = 0
+            self._semaphore.release()
+            return True
+        return False
+
+
+def _taken_by(words: memoryview, index: int, slot: int, semaphore: SemLock) -> bool:
+    """Whether the one-unit ``semaphore``, whose holder's token is ``words[index]``, is held
+    by the dead process of ``slot`` (see :meth:`Mutex.recover`)."""
+    deadline = time.monotonic() + UNCLAIMED
+    while True:
+        owner = words[index]
+        if owner:
+            return owner >> THREAD_BITS == slot
+        if semaphore.acquire(False):  # free
+            semaphore.release()
             return False
-        words[1] = 0
-        words[0] = 0
-        self._semaphore.release()
-        return True
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.001)
 
 
 # -- Semaphore --------------------------------------------------------------------------------
@@ -325,6 +344,15 @@ class Semaphore:
         self._guard = _open(buffer, offset, b"g", 1)
         self._slot = slot
 
+    def _enter(self) -> None:
+        """Take the table's guard (its holder's slot in ``S_GUARD``, for :meth:`recover`)."""
+        _acquire_whatever(self._guard)
+        self._words[S_GUARD] = self._slot << THREAD_BITS
+
+    def _leave(self) -> None:
+        self._words[S_GUARD] = 0
+        self._guard.release()
+
     def _index(self, slot: int, claim: bool) -> int:
         """The table entry of ``slot`` (or a free one when ``claim``); HELD: none."""
         words, free = self._words, HELD
@@ -340,7 +368,7 @@ class Semaphore:
         if not self._units.acquire(block, timeout):
             return False
         words = self._words
-        _acquire_whatever(self._guard)
+        self._enter()
         try:
             words[S_VALUE] -= 1
             index = self._index(slot, True)
@@ -350,12 +378,12 @@ class Semaphore:
                     words[S_HELD + 2 * index] = slot
                     words[S_HELD + 2 * index + 1] = count
         finally:
-            self._guard.release()
+            self._leave()
         return True
 
     def release_as(self, slot: int) -> None:
         words = self._words
-        _acquire_whatever(self._guard)
+        self._enter()
         try:
             if words[S_MAX] != UNBOUNDED and words[S_VALUE] >= words[S_MAX]:
                 raise ValueError("semaphore or lock released too many times")
@@ -364,7 +392,7 @@ class Semaphore:
             if index < HELD:
                 words[S_HELD + 2 * index + 1] -= 1
         finally:
-            self._guard.release()
+            self._leave()
         self._units.release()
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
@@ -385,7 +413,10 @@ class Semaphore:
     def recover(self, slot: int) -> int:
         """Give back the units the (dead) process of ``slot`` held; how many."""
         words = self._words
-        _acquire_whatever(self._guard)
+        if _taken_by(words, S_GUARD, slot, self._guard):  # it died with the table's guard
+            words[S_GUARD] = 0
+            self._guard.release()
+        self._enter()
         try:
             index = self._index(slot, False)
             if index == HELD:
@@ -398,7 +429,7 @@ class Semaphore:
             words[S_HELD + 2 * index] = 0
             words[S_HELD + 2 * index + 1] = 0
         finally:
-            self._guard.release()
+            self._leave()
         for _ in range(back):
             self._units.release()
         return back
