@@ -34,10 +34,12 @@ import _multiprocessing
 import atexit
 import base64
 import hashlib
+import itertools
 import threading
 import time
 from _multiprocessing import SemLock
 from threading import get_ident
+from ctypes import addressof, c_uint32
 from typing import Any
 
 SEMAPHORE_KIND = 1  # multiprocessing.synchronize.SEMAPHORE
@@ -138,15 +140,14 @@ def _remove_all() -> None:
 
 # -- threads ----------------------------------------------------------------------------------
 _indexes: dict[int, int] = {}
-_next_index = [0]
+_numbers = itertools.count()  # (next() on it is atomic: no two threads get one number)
 
 
 def _thread() -> int:
     """This thread's index (1 .. 4095) in the tokens of this process."""
     index = _indexes.get(get_ident())
     if index is None:
-        _next_index[0] += 1
-        index = _indexes[get_ident()] = _next_index[0] % ((1 << THREAD_BITS) - 1) + 1
+        index = _indexes[get_ident()] = next(_numbers) % ((1 << THREAD_BITS) - 1) + 1
     return index
 
 
@@ -183,11 +184,12 @@ def setup_mutex(buffer: Any, offset: int) -> None:
 class Mutex:
     """Mutex(buffer, offset, slot, recursive=False): a lock in shared memory."""
 
-    __slots__ = ("_words", "_semaphore", "_base", "_recursive", "acquire", "release")
+    __slots__ = ("_words", "_semaphore", "_base", "_recursive", "_address", "acquire", "release")
 
     def __init__(self, buffer: Any, offset: int, slot: int, recursive: bool = False) -> None:
         _check_slot(slot)
         self._words = memoryview(buffer)[offset:offset + MUTEX_BYTES].cast("I")
+        self._address = addressof(c_uint32.from_buffer(buffer, offset))
         self._semaphore = _open(buffer, offset, b"m", 1)
         self._base = slot << THREAD_BITS
         self._recursive = recursive
@@ -274,6 +276,10 @@ class Mutex:
         finally:
             self._words[0] = token
             self._words[1] = depth
+
+    def address(self) -> int:
+        """The address of word 0 (which memory this is)."""
+        return self._address
 
     def owner(self) -> int:
         """The holder's token (0: free)."""

@@ -13,7 +13,10 @@ from typing import Any
 
 from .portable import VALUE_MAX, _acquire_whatever, _create, _open
 
-WORD_SPARE = 8  # a waited word's sleepers and posted wake-ups
+WORD_SPARE = 12  # a waited word's sleepers, posted wake-ups and wake count
+SLEEPERS, POSTED, WAKES = 0, 1, 2
+
+
 def setup_word(buffer: Any, offset: int) -> None:
     """Lay out the waits of the word at ``offset``: its guard and its wake-ups."""
     _create(buffer, offset, b"w", 1, 1)
@@ -22,22 +25,31 @@ def setup_word(buffer: Any, offset: int) -> None:
 
 class Word:
     """A word of shared memory that threads of any process wait on (what a futex is to the
-    C extension), with its sleepers and posted wake-ups in the two words at ``spare``."""
+    C extension), with its bookkeeping in the three words at ``spare``: its sleepers, the
+    wake-ups posted to them and not yet taken, and how many wakes there were.
+
+    A wake posts one wake-up per sleeper not woken yet, and the semaphore hands them to
+    whichever sleepers it likes: a sleeper that came after the wake (it saw the word
+    changed already and waits for the next change) gives back a wake-up it took, so that
+    one that was there before the wake gets it. A futex wakes only those asleep at the
+    time; without this, a condition's waiter could sleep through the notification meant
+    for it."""
 
     __slots__ = ("_words", "_spare", "_guard", "_posts")
 
     def __init__(self, buffer: Any, offset: int, spare: int) -> None:
         self._words = memoryview(buffer)[offset:offset + 4].cast("I")
-        self._spare = memoryview(buffer)[spare:spare + WORD_SPARE].cast("I")  # sleepers, posted
+        self._spare = memoryview(buffer)[spare:spare + WORD_SPARE].cast("I")
         self._guard = _open(buffer, offset, b"w", 1)
         self._posts = _open(buffer, offset, b"p", VALUE_MAX)
 
     def _post(self, count: int) -> None:
         """(guard held) Wake up to ``count`` sleepers not woken yet."""
         spare = self._spare
-        n = min(count, spare[0] - spare[1])
+        n = min(count, spare[SLEEPERS] - spare[POSTED])
         if n > 0:
-            spare[1] += n
+            spare[POSTED] += n
+            spare[WAKES] = (spare[WAKES] + 1) & 0xFFFFFFFF
             for _ in range(n):
                 self._posts.release()
 
@@ -48,18 +60,27 @@ class Word:
         if self._words[0] != expected:
             guard.release()
             return True
-        spare[0] += 1
+        spare[SLEEPERS] += 1
+        wakes = spare[WAKES]
         guard.release()
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         woken = False
         try:
-            woken = self._posts.acquire(True, None if timeout is None else max(0.0, timeout))
+            while True:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                woken = self._posts.acquire(True, remaining)
+                if not woken or spare[WAKES] != wakes:
+                    break
+                self._posts.release()  # posted before this sleeper came: for an earlier one
+                woken = False
+                time.sleep(0)
         finally:
             _acquire_whatever(guard)
-            spare[0] -= 1
+            spare[SLEEPERS] -= 1
             if woken:
-                spare[1] -= 1
-            elif spare[1] > spare[0] and self._posts.acquire(False):
-                spare[1] -= 1  # a wake-up meant for this sleeper, which has gone
+                spare[POSTED] -= 1
+            elif spare[POSTED] > spare[SLEEPERS] and self._posts.acquire(False):
+                spare[POSTED] -= 1  # a wake-up meant for this sleeper, which has gone
             guard.release()
         return woken
 
