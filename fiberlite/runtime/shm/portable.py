@@ -196,16 +196,43 @@ class Mutex:
         self.acquire = self._acquire_recursive if recursive else self._acquire_lock
         self.release = self._release_recursive if recursive else self._release_lock
 
+    # the four methods a handle binds: the calling thread's token looked up in place (a
+    # call less), and a plain Lock's depth left alone (it is 1 while held)
     def _acquire_lock(self, block: bool = True, timeout: float | None = None) -> bool:
         if self._semaphore.acquire(block, timeout):
-            words = self._words
-            words[0] = self._base | _thread()
+            self._words[0] = self._base | (_indexes.get(get_ident()) or _thread())
+            return True
+        return False
+
+    def _release_lock(self) -> None:
+        words = self._words
+        if not words[0]:
+            raise ValueError("semaphore or lock released too many times")
+        words[0] = 0
+        self._semaphore.release()
+
+    def _acquire_recursive(self, block: bool = True, timeout: float | None = None) -> bool:
+        token = self._base | (_indexes.get(get_ident()) or _thread())
+        words = self._words
+        if words[0] == token:
+            words[1] += 1
+            return True
+        if self._semaphore.acquire(block, timeout):
+            words[0] = token
             words[1] = 1
             return True
         return False
 
-    def _acquire_recursive(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self._acquire_token(self._base | _thread(), block, timeout)
+    def _release_recursive(self) -> None:
+        words = self._words
+        if words[0] != self._base | (_indexes.get(get_ident()) or _thread()):
+            raise NotOwnedError("attempt to release recursive lock not owned by thread")
+        if words[1] > 1:
+            words[1] -= 1
+            return
+        words[1] = 0
+        words[0] = 0
+        self._semaphore.release()
 
     def _acquire_token(self, token: int, block: bool = True, timeout: float | None = None) -> bool:
         words = self._words
@@ -217,17 +244,6 @@ class Mutex:
             words[1] = 1
             return True
         return False
-
-    def _release_lock(self) -> None:
-        words = self._words
-        if not words[0]:
-            raise ValueError("semaphore or lock released too many times")
-        words[1] = 0
-        words[0] = 0
-        self._semaphore.release()
-
-    def _release_recursive(self) -> None:
-        self._release_token(self._base | _thread())
 
     def _release_token(self, token: int) -> None:
         words = self._words
@@ -262,7 +278,7 @@ class Mutex:
         words = self._words
         if words[0] != token:
             raise NotOwnedError("cannot wait on un-acquired lock")
-        depth = words[1]
+        depth = words[1] if self._recursive else 1
         words[1] = 0
         words[0] = 0
         self._semaphore.release()
@@ -286,7 +302,8 @@ class Mutex:
         return self._words[0]
 
     def depth(self) -> int:
-        return self._words[1]
+        """How many times the holder holds it."""
+        return self._words[1] if self._recursive else int(self._words[0] != 0)
 
     def is_mine(self) -> bool:
         return self._words[0] == self._base | _thread()
