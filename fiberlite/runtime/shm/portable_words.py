@@ -15,6 +15,7 @@ from .portable import VALUE_MAX, _acquire_whatever, _create, _open
 
 WORD_SPARE = 12  # a waited word's sleepers, posted wake-ups and wake count
 SLEEPERS, POSTED, WAKES = 0, 1, 2
+BACKOFF = 0.05  # seconds between looks at a wake-up that nobody else takes
 
 
 def setup_word(buffer: Any, offset: int) -> None:
@@ -65,6 +66,7 @@ class Word:
         guard.release()
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         woken = False
+        given_back = 0
         try:
             while True:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -73,7 +75,10 @@ class Word:
                     break
                 self._posts.release()  # posted before this sleeper came: for an earlier one
                 woken = False
-                time.sleep(0)
+                # let the earlier one take it; if none does (it died waiting), look again
+                # ever more rarely, up to every BACKOFF seconds
+                time.sleep(0 if given_back < 8 else min(BACKOFF, 0.001 * 2 ** (given_back - 8)))
+                given_back += 1
         finally:
             _acquire_whatever(guard)
             spare[SLEEPERS] -= 1
