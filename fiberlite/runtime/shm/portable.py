@@ -35,6 +35,7 @@ import atexit
 import base64
 import hashlib
 import itertools
+import os
 import threading
 import time
 from _multiprocessing import SemLock
@@ -161,6 +162,19 @@ def _check_slot(slot: int) -> None:
         raise ValueError(f"slot {slot} out of range")
 
 
+SPINS = 200 if (os.cpu_count() or 1) > 1 else 0  # looks at a taken lock before sleeping
+
+
+def _contended(semaphore: SemLock, timeout: float | None) -> bool:
+    """Take a lock that was taken a moment ago: look at it a while awake (its holder,
+    on another CPU, is likely to release it within microseconds; sleeping and being
+    woken costs more), then wait for it up to ``timeout``."""
+    for _ in range(SPINS):
+        if semaphore.acquire(False):
+            return True
+    return semaphore.acquire(True, timeout)
+
+
 def _acquire_whatever(semaphore: SemLock) -> None:
     """Take ``semaphore`` however long it takes; an exception raised by a signal handler
     meanwhile is raised once it is held."""
@@ -199,7 +213,8 @@ class Mutex:
     # the four methods a handle binds: the calling thread's token looked up in place (a
     # call less), and a plain Lock's depth left alone (it is 1 while held)
     def _acquire_lock(self, block: bool = True, timeout: float | None = None) -> bool:
-        if self._semaphore.acquire(block, timeout):
+        semaphore = self._semaphore
+        if semaphore.acquire(False) or (block and _contended(semaphore, timeout)):
             self._words[0] = self._base | (_indexes.get(get_ident()) or _thread())
             return True
         return False
@@ -217,7 +232,8 @@ class Mutex:
         if words[0] == token:
             words[1] += 1
             return True
-        if self._semaphore.acquire(block, timeout):
+        semaphore = self._semaphore
+        if semaphore.acquire(False) or (block and _contended(semaphore, timeout)):
             words[0] = token
             words[1] = 1
             return True
