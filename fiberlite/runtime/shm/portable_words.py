@@ -1,10 +1,7 @@
 """Words of shared memory that threads of any process wait on, without the C extension.
 
 The portable path's stand-in for the C extension's futex waits (:mod:`.portable` says
-how names are made and by whom): an event's flag, a condition's sequence number. Each
-waited word has a guard semaphore and a semaphore of wake-ups, and two spare words that
-count its sleepers and the wake-ups posted to them, so that a wake-up is never posted
-for nobody and never lost.
+how names are made and by whom): an event's flag, a condition's sequence number.
 """
 from __future__ import annotations
 
@@ -13,28 +10,34 @@ from typing import Any
 
 from .portable import VALUE_MAX, _acquire_whatever, _create, _open
 
-WORD_SPARE = 12  # a waited word's sleepers, posted wake-ups and wake count
-SLEEPERS, POSTED, WAKES = 0, 1, 2
+# a waited word's bookkeeping (WORD_SPARE bytes elsewhere): per parity of the wakes, its
+# sleepers and the wake-ups posted to them and not yet taken; the number of wakes
+SLEEPERS, POSTED, WAKES = 0, 2, 4
+WORD_SPARE = 20
 BACKOFF = 0.05  # seconds between looks at a wake-up that nobody else takes
 
 
 def setup_word(buffer: Any, offset: int) -> None:
     """Lay out the waits of the word at ``offset``: its guard and its wake-ups."""
     _create(buffer, offset, b"w", 1, 1)
-    _create(buffer, offset, b"p", 0, VALUE_MAX)
+    _create(buffer, offset, b"p0", 0, VALUE_MAX)
+    _create(buffer, offset, b"p1", 0, VALUE_MAX)
 
 
 class Word:
     """A word of shared memory that threads of any process wait on (what a futex is to the
-    C extension), with its bookkeeping in the three words at ``spare``: its sleepers, the
-    wake-ups posted to them and not yet taken, and how many wakes there were.
+    C extension): a guard, and two semaphores of wake-ups.
 
-    A wake posts one wake-up per sleeper not woken yet, and the semaphore hands them to
-    whichever sleepers it likes: a sleeper that came after the wake (it saw the word
-    changed already and waits for the next change) gives back a wake-up it took, so that
-    one that was there before the wake gets it. A futex wakes only those asleep at the
-    time; without this, a condition's waiter could sleep through the notification meant
-    for it."""
+    A futex wakes only the threads asleep on it at the time. A semaphore hands a wake-up
+    to whichever thread takes it first, possibly one that came after the wake (it saw
+    the word changed already, and waits for the next change), and the one it was for
+    would sleep through it (a condition's waiter through its notification). So a
+    sleeper waits on the semaphore of the parity of the wakes so far; a wake posts to
+    the sleepers of the other parity first (those left from before the last wake), then
+    to those of this one, and counts one wake more: who comes after it waits on the
+    other semaphore. A sleeper that still takes a wake-up posted before it came (two
+    wakes later) gives it back for the one it was for.
+    """
 
     __slots__ = ("_words", "_spare", "_guard", "_posts")
 
@@ -42,17 +45,22 @@ class Word:
         self._words = memoryview(buffer)[offset:offset + 4].cast("I")
         self._spare = memoryview(buffer)[spare:spare + WORD_SPARE].cast("I")
         self._guard = _open(buffer, offset, b"w", 1)
-        self._posts = _open(buffer, offset, b"p", VALUE_MAX)
+        self._posts = (_open(buffer, offset, b"p0", VALUE_MAX), _open(buffer, offset, b"p1", VALUE_MAX))
 
     def _post(self, count: int) -> None:
-        """(guard held) Wake up to ``count`` sleepers not woken yet."""
+        """(guard held) Wake up to ``count`` sleepers not woken yet, the earlier ones first."""
         spare = self._spare
-        n = min(count, spare[SLEEPERS] - spare[POSTED])
-        if n > 0:
-            spare[POSTED] += n
+        now = spare[WAKES] & 1
+        posts = []
+        for parity in (now ^ 1, now):
+            n = min(count - len(posts), spare[SLEEPERS + parity] - spare[POSTED + parity])
+            if n > 0:
+                spare[POSTED + parity] += n
+                posts += [self._posts[parity]] * n
+        if posts:  # counted before a sleeper can wake and look
             spare[WAKES] = (spare[WAKES] + 1) & 0xFFFFFFFF
-            for _ in range(n):
-                self._posts.release()
+            for semaphore in posts:
+                semaphore.release()
 
     def wait(self, expected: int, timeout: float | None) -> bool:
         """Sleep while the word is ``expected``: False once ``timeout`` passed."""
@@ -61,19 +69,21 @@ class Word:
         if self._words[0] != expected:
             guard.release()
             return True
-        spare[SLEEPERS] += 1
         wakes = spare[WAKES]
+        parity = wakes & 1
+        spare[SLEEPERS + parity] += 1
         guard.release()
+        posts = self._posts[parity]
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         woken = False
         given_back = 0
         try:
             while True:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                woken = self._posts.acquire(True, remaining)
+                woken = posts.acquire(True, remaining)
                 if not woken or spare[WAKES] != wakes:
                     break
-                self._posts.release()  # posted before this sleeper came: for an earlier one
+                posts.release()  # posted before this sleeper came: for an earlier one
                 woken = False
                 # let the earlier one take it; if none does (it died waiting), look again
                 # ever more rarely, up to every BACKOFF seconds
@@ -81,11 +91,11 @@ class Word:
                 given_back += 1
         finally:
             _acquire_whatever(guard)
-            spare[SLEEPERS] -= 1
+            spare[SLEEPERS + parity] -= 1
             if woken:
-                spare[POSTED] -= 1
-            elif spare[POSTED] > spare[SLEEPERS] and self._posts.acquire(False):
-                spare[POSTED] -= 1  # a wake-up meant for this sleeper, which has gone
+                spare[POSTED + parity] -= 1
+            elif spare[POSTED + parity] > spare[SLEEPERS + parity] and posts.acquire(False):
+                spare[POSTED + parity] -= 1  # a wake-up meant for this sleeper, which has gone
             guard.release()
         return woken
 
