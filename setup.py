@@ -31,7 +31,8 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._left_out(_one_line(exc), [ext])
+            compiling = type(exc).__name__ in ("CompileError", "LinkError", "CCompilerError")
+            self._left_out("the C compiler failed" if compiling else _one_line(exc), [ext])
 
     def _left_out(self, why: str, extensions=None) -> None:
         for ext in extensions or self.extensions:
