@@ -32,9 +32,6 @@ FILES = [
        "TestArray", "TestSharedCTypes")),
 ]
 SELECT = "not hub"  # the same-machine leg of the tests run on both paths
-# a semaphore's unit taken by a job killed in the instant between taking it and recording
-# it is not given back on the portable path (docs/multiprocessing.md says so)
-LEFT_OUT = ["tests/synchronize/test_holder_kills.py::test_semaphore_units_of_killed_jobs_come_back[shared]"]
 MIN_PASSED = 60  # fewer passing means the leg did not really run
 RUN_SECONDS = 480
 
@@ -68,7 +65,7 @@ def start() -> Leg:
         env[ENV] = "1"
         command = ["nice", "-n", "5", sys.executable, "-m", "pytest", "-q",
                    "-p", "no:cacheprovider", "-m", "not docker and not kubernetes", "-k", SELECT,
-                   *FILES, *(arg for test in LEFT_OUT for arg in ("--deselect", test))]
+                   *FILES]
         output_path = os.path.join(folder, "portable.log")
         with open(output_path, "w") as output:  # a file, not a pipe: nothing held open here
             process = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stdin=subprocess.DEVNULL,

@@ -18,15 +18,15 @@ tracker removes them.
 
     Mutex      word 0: the holder's token (slot << 12 | thread index); word 1: its depth;
                a semaphore of one unit is the lock itself
-    Semaphore  value, bound, initial value, a table of (slot, units held); a counting
-               semaphore holds the units, a semaphore of one unit guards the table
+    Semaphore  see :mod:`.portable_semaphore`
     a word     that is waited on (an event's flag, a condition's sequence): see
                :mod:`.portable_words`
 
-What the C extension does and this cannot: a process killed within the few
-instructions between taking a lock's semaphore and writing its token (or inside a
-semaphore's or a word's bookkeeping) leaves that primitive held; see
-docs/multiprocessing.md.
+What the C extension does and this cannot: a lock's semaphore does not say who took
+it, and taking it and writing the token are two steps. A lock left taken with no token
+(its holder was killed between the two) is recognised by staying so for
+:data:`UNCLAIMED` seconds (:func:`_taken_by`); a word's bookkeeping left half done by a
+killed process is not repaired (docs/multiprocessing.md says what that means).
 """
 from __future__ import annotations
 
@@ -48,12 +48,8 @@ VALUE_MAX = SemLock.SEM_VALUE_MAX
 THREAD_BITS = 12
 TOKEN_MASK = 0x7FFFFFFF
 MAX_SLOT = TOKEN_MASK >> THREAD_BITS
-HELD = 24
-UNBOUNDED = 0xFFFFFFFF
 UNCLAIMED = 1.0  # seconds a lock stays taken with no holder before a dead process is taken for it
 MUTEX_BYTES = 8
-S_VALUE, S_MAX, S_INITIAL, S_GUARD, S_HELD = 0, 1, 2, 3, 4
-SEMAPHORE_BYTES = 4 * (S_HELD + 2 * HELD)
 HEADER_BYTES = 24  # the segment header the names are made from (arena.HEADER)
 
 
@@ -160,6 +156,16 @@ def after_fork() -> None:
 def _check_slot(slot: int) -> None:
     if not 0 < slot <= MAX_SLOT:
         raise ValueError(f"slot {slot} out of range")
+
+
+def _enter_guard(guard: SemLock) -> None:
+    """Take a guard for a moment's bookkeeping, however long it takes; an exception raised
+    by a signal handler meanwhile is raised with the guard given back."""
+    try:
+        _acquire_whatever(guard)
+    except BaseException:
+        guard.release()
+        raise
 
 
 SPINS = 200 if (os.cpu_count() or 1) > 1 else 0  # looks at a taken lock before sleeping
@@ -355,121 +361,3 @@ def _taken_by(words: memoryview, index: int, slot: int, semaphore: SemLock) -> b
         if time.monotonic() >= deadline:
             return True
         time.sleep(0.001)
-
-
-# -- Semaphore --------------------------------------------------------------------------------
-def setup_semaphore(buffer: Any, offset: int, value: int, maxvalue: int) -> None:
-    """Lay out a semaphore (``maxvalue`` -1: unbounded) and make its semaphores."""
-    words = memoryview(buffer)[offset:offset + SEMAPHORE_BYTES].cast("I")
-    for i in range(len(words)):
-        words[i] = 0
-    words[S_VALUE] = value
-    words[S_MAX] = UNBOUNDED if maxvalue < 0 else maxvalue
-    words[S_INITIAL] = value
-    _create(buffer, offset, b"s", value, VALUE_MAX)
-    _create(buffer, offset, b"g", 1, 1)
-
-
-class Semaphore:
-    """Semaphore(buffer, offset, slot): a counting semaphore in shared memory that records
-    the units each process holds."""
-
-    __slots__ = ("_words", "_units", "_guard", "_slot")
-
-    def __init__(self, buffer: Any, offset: int, slot: int) -> None:
-        _check_slot(slot)
-        self._words = memoryview(buffer)[offset:offset + SEMAPHORE_BYTES].cast("I")
-        self._units = _open(buffer, offset, b"s", VALUE_MAX)
-        self._guard = _open(buffer, offset, b"g", 1)
-        self._slot = slot
-
-    def _enter(self) -> None:
-        """Take the table's guard (its holder's slot in ``S_GUARD``, for :meth:`recover`)."""
-        _acquire_whatever(self._guard)
-        self._words[S_GUARD] = self._slot << THREAD_BITS
-
-    def _leave(self) -> None:
-        self._words[S_GUARD] = 0
-        self._guard.release()
-
-    def _index(self, slot: int, claim: bool) -> int:
-        """The table entry of ``slot`` (or a free one when ``claim``); HELD: none."""
-        words, free = self._words, HELD
-        for i in range(HELD):
-            who, count = words[S_HELD + 2 * i], words[S_HELD + 2 * i + 1]
-            if count and who == slot:
-                return i
-            if not count and free == HELD:
-                free = i
-        return free if claim else HELD
-
-    def acquire_as(self, slot: int, block: bool = True, timeout: float | None = None) -> bool:
-        if not self._units.acquire(block, timeout):
-            return False
-        words = self._words
-        self._enter()
-        try:
-            words[S_VALUE] -= 1
-            index = self._index(slot, True)
-            if index < HELD:
-                count = min(words[S_HELD + 2 * index + 1] + 1, words[S_INITIAL])
-                if count:
-                    words[S_HELD + 2 * index] = slot
-                    words[S_HELD + 2 * index + 1] = count
-        finally:
-            self._leave()
-        return True
-
-    def release_as(self, slot: int) -> None:
-        words = self._words
-        self._enter()
-        try:
-            if words[S_MAX] != UNBOUNDED and words[S_VALUE] >= words[S_MAX]:
-                raise ValueError("semaphore or lock released too many times")
-            words[S_VALUE] += 1
-            index = self._index(slot, False)
-            if index < HELD:
-                words[S_HELD + 2 * index + 1] -= 1
-        finally:
-            self._leave()
-        self._units.release()
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        return self.acquire_as(self._slot, block, timeout)
-
-    def release(self) -> None:
-        self.release_as(self._slot)
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-    def get_value(self) -> int:
-        return self._words[S_VALUE]
-
-    def recover(self, slot: int) -> int:
-        """Give back the units the (dead) process of ``slot`` held; how many."""
-        words = self._words
-        if _taken_by(words, S_GUARD, slot, self._guard):  # it died with the table's guard
-            words[S_GUARD] = 0
-            self._guard.release()
-        self._enter()
-        try:
-            index = self._index(slot, False)
-            if index == HELD:
-                return 0
-            back = words[S_HELD + 2 * index + 1]
-            value = words[S_VALUE]
-            if words[S_MAX] != UNBOUNDED and value + back > words[S_MAX]:
-                back = max(0, words[S_MAX] - value)
-            words[S_VALUE] = value + back
-            words[S_HELD + 2 * index] = 0
-            words[S_HELD + 2 * index + 1] = 0
-        finally:
-            self._leave()
-        for _ in range(back):
-            self._units.release()
-        return back
-

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .portable import VALUE_MAX, _acquire_whatever, _create, _open
+from .portable import VALUE_MAX, _create, _enter_guard, _open
 
 # a waited word's bookkeeping (WORD_SPARE bytes elsewhere): per parity of the wakes, its
 # sleepers and the wake-ups posted to them and not yet taken; the number of wakes
@@ -65,7 +65,7 @@ class Word:
     def wait(self, expected: int, timeout: float | None) -> bool:
         """Sleep while the word is ``expected``: False once ``timeout`` passed."""
         guard, spare = self._guard, self._spare
-        _acquire_whatever(guard)
+        _enter_guard(guard)
         if self._words[0] != expected:
             guard.release()
             return True
@@ -90,7 +90,7 @@ class Word:
                 time.sleep(0 if given_back < 8 else min(BACKOFF, 0.001 * 2 ** (given_back - 8)))
                 given_back += 1
         finally:
-            _acquire_whatever(guard)
+            _enter_guard(guard)
             spare[SLEEPERS + parity] -= 1
             if woken:
                 spare[POSTED + parity] -= 1
@@ -100,14 +100,14 @@ class Word:
         return woken
 
     def wake(self, count: int) -> None:
-        _acquire_whatever(self._guard)
+        _enter_guard(self._guard)
         try:
             self._post(count)
         finally:
             self._guard.release()
 
     def add(self, delta: int) -> int:
-        _acquire_whatever(self._guard)
+        _enter_guard(self._guard)
         try:
             old = self._words[0]
             self._words[0] = (old + delta) & 0xFFFFFFFF
@@ -116,7 +116,7 @@ class Word:
             self._guard.release()
 
     def set_and_wake(self, value: int) -> None:
-        _acquire_whatever(self._guard)
+        _enter_guard(self._guard)
         try:
             self._words[0] = value
             self._post(VALUE_MAX)

@@ -2,8 +2,8 @@
 
 - :mod:`.native`: the C extension ``_sync`` on Linux futexes, when it was built (Linux
   with a C compiler) and the ``portable_sync`` setting is off;
-- :mod:`.portable` (and :mod:`.portable_words`): POSIX named semaphores through the
-  standard library, everywhere else.
+- :mod:`.portable` (with :mod:`.portable_semaphore` and :mod:`.portable_words`): POSIX
+  named semaphores through the standard library, everywhere else.
 
 Both offer the same objects and functions; everything in fiberlite that acts on shared
 memory imports them from here. The choice is made when this module is first imported,
@@ -41,9 +41,9 @@ if not REASON:
     except ImportError as exc:
         REASON = f"the C extension is not built ({exc})"
 if REASON:
-    from .portable import (HELD, MAX_SLOT, MUTEX_BYTES, SEMAPHORE_BYTES, THREAD_BITS,  # noqa: F811
-                           Mutex, NotOwnedError, Semaphore, after_fork, setup_mutex,
-                           setup_semaphore, teardown)
+    from .portable import (MAX_SLOT, MUTEX_BYTES, THREAD_BITS, Mutex, NotOwnedError,  # noqa: F811
+                           after_fork, setup_mutex, teardown)
+    from .portable_semaphore import HELD, SEMAPHORE_BYTES, Semaphore, setup_semaphore  # noqa: F811
     from .portable_words import (WORD_SPARE, add, set_and_wake, setup_word, wait,  # noqa: F811
                                  wait_while, wake, word)
     log.info("shared-memory locks use the portable path: %s", REASON)
