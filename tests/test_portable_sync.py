@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -58,6 +60,36 @@ def test_the_setting_forces_the_portable_path(tmp_path):
     chosen, lock = _run(sys.executable, env, str(tmp_path))
     assert chosen == "True True 'the portable_sync setting asks for it'"
     assert lock == "True <Lock(owner=MainProcess)>"
+
+
+WAITS = {  # a blocking wait of each primitive that nothing will end
+    "lock": "x = fiberlite.Lock(); x.acquire(); x.acquire()",
+    "semaphore": "fiberlite.Semaphore(0).acquire()",
+    "event": "fiberlite.Event().wait()",
+    "condition": "c = fiberlite.Condition(); c.acquire(); c.wait()",
+    "barrier": "fiberlite.Barrier(2).wait()",
+}
+
+
+@pytest.mark.parametrize("what", ["lock", "semaphore", "event", "condition", "barrier"])
+def test_ctrl_c_ends_a_blocking_wait_at_once(what, tmp_path):
+    """As the standard library's waits: SIGINT raises KeyboardInterrupt in the waiting
+    thread, within a moment."""
+    script = ("import fiberlite\n"
+              f"try:\n    print('waiting', flush=True)\n    {WAITS[what]}\n"
+              "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
+    env = {**os.environ, portable_leg.ENV: "1", "PYTHONPATH": ROOT}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(tmp_path), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "waiting"
+        time.sleep(0.3)  # (to be inside the wait: nothing says when a thread sleeps)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out.strip() == "interrupted", err[-2000:]
 
 
 def _source_copy(to: str) -> str:

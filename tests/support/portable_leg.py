@@ -12,9 +12,9 @@ CPython's tests of the primitives, Value and Array: about 110 s on its own.
 from __future__ import annotations
 
 import os
-import sys
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 
