@@ -149,8 +149,11 @@ def _thread() -> int:
 
 
 def after_fork() -> None:
-    """In a forked child: its threads are numbered anew."""
+    """In a forked child: its threads are numbered anew, and the names its parent made
+    are the parent's to remove, not this process's at its exit."""
     _indexes.clear()
+    with _created_lock:
+        _created.clear()
 
 
 def _check_slot(slot: int) -> None:
