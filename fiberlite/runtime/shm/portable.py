@@ -31,7 +31,6 @@ killed process is not repaired (docs/multiprocessing.md says what that means).
 from __future__ import annotations
 
 import _multiprocessing
-import atexit
 import base64
 import hashlib
 import itertools
@@ -39,9 +38,11 @@ import os
 import threading
 import time
 from _multiprocessing import SemLock
-from threading import get_ident
 from ctypes import addressof, c_uint32
+from threading import get_ident
 from typing import Any
+
+from .. import exit_order
 
 SEMAPHORE_KIND = 1  # multiprocessing.synchronize.SEMAPHORE
 VALUE_MAX = SemLock.SEM_VALUE_MAX
@@ -127,12 +128,14 @@ def teardown(buffer: Any, offset: int, size: int) -> None:
     _remove(names)
 
 
-@atexit.register
 def _remove_all() -> None:
     with _created_lock:
         names = [name for group in _created.values() for name in group]
         _created.clear()
     _remove(names)
+
+
+exit_order.at_exit("backends", _remove_all)  # as this process leaves (a job too, by os._exit)
 
 
 # -- threads ----------------------------------------------------------------------------------
