@@ -17,8 +17,12 @@ is its best round. A side that fails or does not answer within ``--timeout`` sec
 gets the one-line error in its cell (a side that hung is killed and started anew for
 the next row), and the table goes on.
 
+With ``--portable`` a column shows fiberlite's portable path (``FIBERLITE_PORTABLE_SYNC=1``:
+POSIX semaphores, what macOS and a machine without a C compiler get); the targets hold
+for it too.
+
 Run: ``python benchmarks/bench_primitives.py [--quick] [--share-machine on|off|both]
-[--before DIR ...] [--rows KEY,...] [--json PATH]``
+[--portable] [--before DIR ...] [--rows KEY,...] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ MP = "mp spawn"
 FIBERLITE = "fiberlite"
 NOT_SHARED = "fiberlite, FIBERLITE_SHARE_MACHINE=0"
 SHARE_ENV = "FIBERLITE_SHARE_MACHINE"
+PORTABLE = "fiberlite portable"  # the portable path of machines without the C extension
+PORTABLE_ENV = "FIBERLITE_PORTABLE_SYNC"
 
 
 # -- a side: serving one library's rows in a process of its own -----------------------------
@@ -310,7 +316,8 @@ class PrimitivesReport(Report):
                 out.append("  " + "-+-".join("-" * w for w in widths))
         out.append(f"  note: best of {self.params['rounds']} rounds of about {self.params['sample']} s per row "
                    "and side. ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
-                   f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine).")
+                   f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine)"
+                   + (f" and, after the slash, {PORTABLE!r}." if PORTABLE in self.labels else "."))
         return "\n".join(out)
 
     @staticmethod
@@ -319,20 +326,29 @@ class PrimitivesReport(Report):
             return "-"
         return f"{ratio(spec, min(reference.samples), min(cell.samples)):.2f}x"
 
-    @staticmethod
-    def _target(spec: Spec, cells: dict[str, Cell]) -> str:
-        """The row's target, and whether the same-machine column meets it (a failure does not)."""
-        cell, reference = cells.get(FIBERLITE), cells[MP]
-        if cell is None or spec.target == "-":
+    @classmethod
+    def _target(cls, spec: Spec, cells: dict[str, Cell]) -> str:
+        """The row's target, and whether the same-machine column (and the portable one) meets it."""
+        verdicts = [cls._met(spec, cells.get(label), cells[MP]) for label in (FIBERLITE, PORTABLE)
+                    if label in cells]
+        verdicts = [v for v in verdicts if v is not None]
+        if spec.target == "-" or not verdicts:
             return spec.target
+        return f"{spec.target}: {' / '.join(verdicts)}"
+
+    @staticmethod
+    def _met(spec: Spec, cell: Cell | None, reference: Cell) -> str | None:
+        """'met' or 'NOT met' for one column (None: nothing to say)."""
+        if cell is None or spec.target == "-":
+            return None
         if spec.check or cell.error:
             met = cell.status == "works"
         elif cell.samples and reference.samples:
             value = ratio(spec, min(reference.samples), min(cell.samples))
             met = value >= spec.limit if spec.rate else value <= spec.limit  # type: ignore[operator]
         else:
-            return spec.target
-        return f"{spec.target}: {'met' if met else 'NOT met'}"
+            return None
+        return "met" if met else "NOT met"
 
     @staticmethod
     def _cell(spec: Spec, cell: Cell) -> str:
@@ -344,12 +360,14 @@ class PrimitivesReport(Report):
 
 
 def make_sides(args: Any) -> list[Side]:
-    base = {k: v for k, v in os.environ.items() if k != SHARE_ENV}
+    base = {k: v for k, v in os.environ.items() if k not in (SHARE_ENV, PORTABLE_ENV)}
     sides = [Side(MP, MP, base, args.timeout)]
     if args.share_machine in ("on", "both"):
         sides.append(Side(FIBERLITE, FIBERLITE, base, args.timeout))
     if args.share_machine in ("off", "both"):
         sides.append(Side(NOT_SHARED, FIBERLITE, {**base, SHARE_ENV: "0"}, args.timeout))
+    if args.portable:
+        sides.append(Side(PORTABLE, FIBERLITE, {**base, PORTABLE_ENV: "1"}, args.timeout))
     for root in args.before:
         path = os.pathsep.join([os.path.abspath(root), base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         sides.append(Side(f"fiberlite {root}", FIBERLITE, {**base, "PYTHONPATH": path}, args.timeout,
@@ -364,6 +382,9 @@ def main() -> None:
     p.add_argument("--share-machine", choices=("on", "off", "both"), default="on",
                    help=f"the fiberlite column as configured (on), with {SHARE_ENV}=0 in the environment "
                         "of the parent and its children (off), or both columns")
+    p.add_argument("--portable", action="store_true",
+                   help=f"also a column of fiberlite's portable path ({PORTABLE_ENV}=1: POSIX semaphores, "
+                        "what a machine without the C extension uses)")
     p.add_argument("--before", metavar="DIR", action="append", default=[],
                    help="also a column of fiberlite imported from the checkout DIR (may be repeated)")
     p.add_argument("--rows", help="only these rows, by key: " + ",".join(BY_KEY))

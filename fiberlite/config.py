@@ -150,6 +150,9 @@ CORE: tuple[Setting, ...] = (
     Setting("share_machine", True, flag,
             "jobs on their creator's machine map its Value, Array and locks and link its queues "
             "and pipes over Unix sockets (off: through its hub, as jobs on other machines do)"),
+    Setting("portable_sync", False, flag,
+            "shared-memory locks, semaphores and events use POSIX semaphores (the portable "
+            "path of platforms without the C extension) even where the C extension is built"),
     Setting("peer_timeout", 10.0, seconds_or_never,
             "seconds a connection's other end may stay silent (a machine gone, a network cut, a "
             "frozen process) before it is given up: a job then exits, a parent treats the job as "

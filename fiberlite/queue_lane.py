@@ -24,7 +24,7 @@ from typing import Any
 
 from .runtime import exit_order
 from .runtime.lanes.lane import Lane
-from .runtime.shm._sync import add as _atomic_add
+from .runtime.shm import sync
 from .runtime.lanes.shared import LanePlace, create, lane_at
 from .runtime.links.frames import EOF
 from .sharedctypes import RawArray
@@ -35,8 +35,16 @@ FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is l
 DRAIN_PATIENCE = 0.5  # at exit, how long a queue's creator waits for readers to take more
 
 
+# an atomic add on a word at an address (the C extension's): without it, the counts
+# change under the state's condition
+_atomic_add = None if sync.PORTABLE else sync.add
+
+
 def _address(counts: Any, index: int) -> int | None:
-    """The address of ``counts[index]`` here, when it is memory of this machine."""
+    """The address of ``counts[index]`` here, when it is memory of this machine and
+    words there can be added to atomically."""
+    if _atomic_add is None:
+        return None
     try:
         return ctypes.addressof(counts) + index * ctypes.sizeof(ctypes.c_int)
     except TypeError:  # a proxy to another machine's memory (not used for the lane)
@@ -62,9 +70,8 @@ class QueueState:
 
     def reserve(self, block: bool, timeout: float | None) -> None:
         """Count one more item (waiting for room in a bounded queue: ``queue.Full``)."""
-        if self._total is not None:
-            _atomic_add(self._total, 1)
         if self._items is not None and not self.joinable:
+            _atomic_add(self._total, 1)
             _atomic_add(self._items, 1)
             return
         counts, cond = self.counts, self.cond
@@ -82,6 +89,10 @@ class QueueState:
                 _atomic_add(self._items, 1)
             else:
                 counts[ITEMS] += 1
+            if self._total is not None:
+                _atomic_add(self._total, 1)
+            else:
+                counts[TOTAL] += 1
             if self.joinable:
                 counts[UNFINISHED] += 1
 

@@ -73,18 +73,27 @@ def without_lanes(monkeypatch):
 
 
 def pytest_collection_finish(session):
-    """When the cross-version tests are selected, start the other Pythons' subsets now,
-    before any test runs, so that they run beside the rest of the suite (their output
-    goes to files: no descriptor of this process changes while the tests run)."""
+    """When the cross-version tests (or the portable path's leg) are selected, start the
+    other Pythons' subsets (and the leg) now, before any test runs, so that they run
+    beside the rest of the suite (their output goes to files: no descriptor of this
+    process changes while the tests run)."""
     if session.config.option.collectonly:
         return
     if any(item.nodeid.startswith("tests/test_python_versions.py") for item in session.items):
         import python_versions
         python_versions.start()
+    if any(item.nodeid.startswith("tests/test_portable_sync.py::test_the_portable_leg_passes")
+           for item in session.items):
+        import portable_leg
+        portable_leg.start()
 
 
 def pytest_sessionfinish(session):
+    import portable_leg
     import python_versions
     subsets = python_versions.started()
     if subsets is not None:
         subsets.stop()
+    leg = portable_leg.started()
+    if leg is not None:
+        leg.stop()

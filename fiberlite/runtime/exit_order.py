@@ -9,7 +9,8 @@ in that order, each once:
 3. ``children``: daemonic children terminated, the others joined (as ``multiprocessing``);
 4. ``watchers``: the threads watching the ended jobs finish their clean-up;
 5. ``links``: what links received and nobody read goes back to its pipe or queue;
-6. ``backends``: backends closed (watches stopped, the run's Secrets removed);
+6. ``backends``: backends closed (watches stopped, the run's Secrets removed), and the
+   names of the portable path's semaphores removed;
 7. ``sockets``: this process's connections and hub closed.
 
 The hook runs while the interpreter finalizes: finalizers (``__del__``) leave the work

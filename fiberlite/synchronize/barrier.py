@@ -17,7 +17,7 @@ import time
 from threading import BrokenBarrierError
 from typing import Any, Callable
 
-from ..runtime.shm import _sync
+from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block
 from . import condvar
 from .shared import BlockServant, SharedPrimitive, blocking_call
@@ -25,7 +25,7 @@ from .shared import BlockServant, SharedPrimitive, blocking_call
 __all__ = ["Barrier"]
 
 FILLING, DRAINING, RESETTING, BROKEN, ACTING = 0, 1, 2, 3, 4
-COND_OFFSET = _sync.MUTEX_BYTES  # bytes
+COND_OFFSET = sync.MUTEX_BYTES  # bytes
 _BASE = (COND_OFFSET + condvar.CONDITION_BYTES) // 4  # words
 STATE, COUNT, PARTIES, GENERATION, ACTOR, ARRIVALS = range(_BASE, _BASE + 6)
 
@@ -41,7 +41,7 @@ class _Barrier:
         self.words = memoryview(buffer)[offset:offset + barrier_bytes(1)].cast("I")
         parties = self.words[PARTIES]
         self.words = memoryview(buffer)[offset:offset + barrier_bytes(parties)].cast("I")
-        self.cond_words, self.seq_address = condvar.cells(buffer, offset + COND_OFFSET)
+        self.cond_words, self.seq_word = condvar.cells(buffer, offset + COND_OFFSET)
         self.holder = condvar.Holder(mutex, token)
         self.mutex = mutex
         self.token = token
@@ -59,10 +59,10 @@ class _Barrier:
             self.mutex.release_as(self.token)
 
     def wait_cond(self, timeout: float | None, cancelled: Callable[[], bool] | None) -> bool:
-        return condvar.wait(self.cond_words, self.seq_address, self.holder, timeout, cancelled)
+        return condvar.wait(self.cond_words, self.seq_word, self.holder, timeout, cancelled)
 
     def notify_all(self) -> None:
-        condvar.notify(self.cond_words, self.seq_address, self.holder, None)
+        condvar.notify(self.cond_words, self.seq_word, self.holder, None)
 
     # -- under the lock ------------------------------------------------------------------
     def arrive(self, slot: int, timeout: float | None, has_action: bool,
@@ -194,7 +194,7 @@ class BarrierServant(BlockServant):
 
     def __init__(self, block: Block) -> None:
         super().__init__(block)
-        self.mutex = _sync.Mutex(block.buffer, block.offset, CREATOR_SLOT)
+        self.mutex = sync.Mutex(block.buffer, block.offset, CREATOR_SLOT)
         self.barrier = _Barrier(block.buffer, block.offset, self.mutex)
 
     def recover(self, slot: int) -> None:
@@ -247,6 +247,8 @@ class Barrier(SharedPrimitive):
         self._timeout = timeout
         block = self._create(barrier_bytes(parties), BarrierServant)
         memoryview(block.buffer)[block.offset:block.offset + barrier_bytes(parties)].cast("I")[PARTIES] = parties
+        sync.setup_mutex(block.buffer, block.offset)
+        sync.setup_word(block.buffer, block.offset + COND_OFFSET)
         self._publish()
 
     def _getstate(self) -> tuple:
@@ -256,7 +258,7 @@ class Barrier(SharedPrimitive):
         self._parties, self._action, self._timeout = state
 
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
-        self._mutex = _sync.Mutex(buffer, offset, slot)
+        self._mutex = sync.Mutex(buffer, offset, slot)
         self._barrier = _Barrier(buffer, offset, self._mutex)
         self._slot = slot
 

@@ -20,15 +20,15 @@ of a job that cannot map the memory (the methods with that job's token).
 from __future__ import annotations
 
 import time
-from ctypes import addressof, c_uint32
 from typing import Any, Callable
 
-from ..runtime.shm import _sync
+from ..runtime.shm import sync
 from ..runtime.shm.remote import SLICE
 from .shared import NotOwnedError
 
 SEQ, WAITERS, TO_WAKE = 0, 1, 2
-CONDITION_BYTES = 12
+WORDS_BYTES = 12
+CONDITION_BYTES = WORDS_BYTES + sync.WORD_SPARE  # and what the implementation keeps beside a waited word
 
 
 class Holder:
@@ -64,7 +64,7 @@ def enter(words: memoryview, holder: Holder) -> tuple[int, int]:
     return seq, holder.release_save()
 
 
-def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | None,
+def wait(words: memoryview, seq_word: Any, holder: Holder, timeout: float | None,
          cancelled: Callable[[], bool] | None = None, entered: tuple[int, int] | None = None) -> bool:
     """Release the lock, wait for a notification (or ``timeout``), hold the lock again;
     whether notified. With ``cancelled``, it is looked at every :data:`SLICE` seconds
@@ -78,7 +78,7 @@ def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | N
             if cancelled is not None:
                 remaining = SLICE if remaining is None else min(SLICE, remaining)
             if remaining is None or remaining > 0:
-                _sync.wait(seq_address, seq, remaining)
+                sync.wait(seq_word, seq, remaining)
             holder.acquire_restore(depth)
             if words[TO_WAKE]:
                 words[TO_WAKE] -= 1
@@ -98,7 +98,7 @@ def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | N
         raise
 
 
-def notify(words: memoryview, seq_address: int, holder: Holder, n: int | None) -> int:
+def notify(words: memoryview, seq_word: Any, holder: Holder, n: int | None) -> int:
     """Notify up to ``n`` waiters (None: all); how many."""
     if not holder.is_mine():
         raise NotOwnedError("lock is not owned")
@@ -106,8 +106,8 @@ def notify(words: memoryview, seq_address: int, holder: Holder, n: int | None) -
     count = waiting if n is None else min(n, waiting)
     if count > 0:
         words[TO_WAKE] += count
-        _sync.add(seq_address, 1)
-        _sync.wake(seq_address, count)
+        sync.add(seq_word, 1)
+        sync.wake(seq_word, count)
     return max(count, 0)
 
 
@@ -116,10 +116,10 @@ def sleepers(words: memoryview) -> int:
     return words[WAITERS] - words[TO_WAKE]
 
 
-def cells(buffer: Any, offset: int) -> tuple[memoryview, int]:
-    """The condition's words at ``offset`` of ``buffer``, and the address of ``seq``."""
-    words = memoryview(buffer)[offset:offset + CONDITION_BYTES].cast("I")
-    return words, addressof(c_uint32.from_buffer(buffer, offset))
+def cells(buffer: Any, offset: int) -> tuple[memoryview, Any]:
+    """The condition's words at ``offset`` of ``buffer``, and ``seq`` as a waited word."""
+    words = memoryview(buffer)[offset:offset + WORDS_BYTES].cast("I")
+    return words, sync.word(buffer, offset, offset + WORDS_BYTES)
 
 
 # -- in the lock's creator, for a job that cannot map the memory ---------------------------
@@ -128,7 +128,7 @@ def remote_wait(servant: Any, request: Any, cid: str, timeout: float | None, pid
     """Wait on the condition ``cid`` of the lock of ``servant`` for a thread of a job; the
     answer (notified or not) comes once that thread holds the lock again."""
     block = servant.conditions[cid]
-    words, seq_address = cells(block.buffer, block.offset)
+    words, seq_word = cells(block.buffer, block.offset)
     holder = Holder(servant.mutex, servant.token(request, pid, tid), servant.waits.released)
     key = (request.peer, pid, tid, ticket)
     waits = servant.waits
@@ -136,7 +136,7 @@ def remote_wait(servant: Any, request: Any, cid: str, timeout: float | None, pid
     entered = enter(words, holder)
 
     def attempt(_: float | None) -> Any:  # one whole wait (sliced inside), withdrawn with the call
-        return wait(words, seq_address, holder, timeout, lambda: not waits.waiting(key), entered)
+        return wait(words, seq_word, holder, timeout, lambda: not waits.waiting(key), entered)
     waits.start(request, key, attempt, None, False)
 
 
@@ -147,5 +147,5 @@ def remote_resume(servant: Any, request: Any, pid: int, tid: int, ticket: int) -
 
 def remote_notify(servant: Any, request: Any, cid: str, n: int | None, pid: int, tid: int) -> None:
     block = servant.conditions[cid]
-    words, seq_address = cells(block.buffer, block.offset)
-    request.reply(notify(words, seq_address, Holder(servant.mutex, servant.token(request, pid, tid)), n))
+    words, seq_word = cells(block.buffer, block.offset)
+    request.reply(notify(words, seq_word, Holder(servant.mutex, servant.token(request, pid, tid)), n))

@@ -9,19 +9,22 @@ from __future__ import annotations
 from ctypes import addressof, c_uint32
 from typing import Any
 
-from ..runtime.shm import _sync
+from ..runtime.shm import sync
 from ..runtime.shm.arena import Block
 from ..runtime.shm.remote import NOT_YET
 from .shared import BlockServant, SharedPrimitive, blocking_call
 
 __all__ = ["Event"]
 
-EVENT_BYTES = 8  # the flag, the sleepers
+WORDS_BYTES = 8  # the flag, the sleepers
+EVENT_BYTES = WORDS_BYTES + sync.WORD_SPARE  # and what the implementation keeps beside a waited word
 
 
-def _cells(buffer: Any, offset: int) -> tuple[memoryview, int]:
-    words = memoryview(buffer)[offset:offset + EVENT_BYTES].cast("I")
-    return words, addressof(c_uint32.from_buffer(buffer, offset))
+def _cells(buffer: Any, offset: int) -> tuple[memoryview, Any, int]:
+    """The event's words, its flag as a waited word, and the address of its sleepers."""
+    words = memoryview(buffer)[offset:offset + WORDS_BYTES].cast("I")
+    return (words, sync.word(buffer, offset, offset + WORDS_BYTES),
+            addressof(c_uint32.from_buffer(buffer, offset + 4)))
 
 
 class EventServant(BlockServant):
@@ -29,10 +32,10 @@ class EventServant(BlockServant):
 
     def __init__(self, block: Block) -> None:
         super().__init__(block)
-        self.words, self.address = _cells(block.buffer, block.offset)
+        self.words, self.flag, self.sleepers = _cells(block.buffer, block.offset)
 
     def op_set(self, request) -> None:
-        _sync.set_and_wake(self.address, 1, self.address + 4)
+        sync.set_and_wake(self.flag, 1, self.sleepers)
         request.reply()
 
     def op_clear(self, request) -> None:
@@ -46,10 +49,10 @@ class EventServant(BlockServant):
         if self.words[0] or (timeout is not None and timeout <= 0):
             request.reply(bool(self.words[0]))
             return
-        address = self.address
+        flag, sleepers = self.flag, self.sleepers
 
         def attempt(seconds: float | None) -> Any:
-            return True if _sync.wait_while(address, 0, address + 4, seconds) else NOT_YET
+            return True if sync.wait_while(flag, 0, sleepers, seconds) else NOT_YET
         self.waits.start(request, (request.peer, pid, tid, ticket), attempt, timeout, False)
 
 
@@ -57,11 +60,12 @@ class Event(SharedPrimitive):
     """An event flag (``multiprocessing.Event``)."""
 
     def __init__(self, *, ctx: Any = None) -> None:
-        self._create(EVENT_BYTES, EventServant)
+        block = self._create(EVENT_BYTES, EventServant)
+        sync.setup_word(block.buffer, block.offset)
         self._publish()
 
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
-        self._words, self._address = _cells(buffer, offset)
+        self._words, self._flag, self._sleepers = _cells(buffer, offset)
 
     def is_set(self) -> bool:
         if self._local:
@@ -71,7 +75,7 @@ class Event(SharedPrimitive):
     def set(self) -> None:
         """Set the flag and wake every waiter."""
         if self._local:
-            _sync.set_and_wake(self._address, 1, self._address + 4)
+            sync.set_and_wake(self._flag, 1, self._sleepers)
         else:
             self._ref.call("set")
 
@@ -86,7 +90,7 @@ class Event(SharedPrimitive):
         if self._local:
             if self._words[0]:
                 return True
-            return _sync.wait_while(self._address, 0, self._address + 4, timeout) != 0
+            return sync.wait_while(self._flag, 0, self._sleepers, timeout) != 0
         return blocking_call(self._ref, "wait", timeout)
 
     def __repr__(self) -> str:

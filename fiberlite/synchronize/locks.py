@@ -1,7 +1,7 @@
 """``Lock`` and ``RLock``: a word in shared memory that names its holder.
 
 In every process that maps the lock's memory, ``acquire`` and ``release`` are the C
-methods of a :class:`~fiberlite.runtime.shm._sync.Mutex` (a compare-and-swap when the
+methods of a :class:`~fiberlite.runtime.shm.sync.Mutex` (a compare-and-swap when the
 lock is free, a futex wait when it is not), at the cost of ``multiprocessing``'s lock.
 The holder's token stays in the memory, so that when its process dies the creator
 gives the lock back (:meth:`LockServant.recover`). Processes that cannot map it
@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.shm import _sync
+from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
 from ..runtime.shm.place import Place
 from ..runtime.shm.remote import Waits
 from . import condvar
 from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name
 
-MUTEX_BYTES = _sync.MUTEX_BYTES
+MUTEX_BYTES = sync.MUTEX_BYTES
 
 
 class LockServant(BlockServant):
@@ -29,7 +29,7 @@ class LockServant(BlockServant):
 
     def __init__(self, block: Block, recursive: bool) -> None:
         super().__init__(block)
-        self.mutex = _sync.Mutex(block.buffer, block.offset, CREATOR_SLOT, recursive)
+        self.mutex = sync.Mutex(block.buffer, block.offset, CREATOR_SLOT, recursive)
         self.conditions: dict[str, Block] = {}
 
     def make_waits(self) -> Waits:
@@ -66,6 +66,7 @@ class LockServant(BlockServant):
     def op_condition(self, request, size: int) -> None:
         """A new condition's memory, beside the lock: ``(cid, place)``."""
         block = arena().allocate(size)
+        sync.setup_word(block.buffer, block.offset)  # the condition's sequence, waited on
         cid = f"{block.segment}:{block.offset}"
         self.conditions[cid] = block
         request.reply((cid, Place(arena().cookie, block.segment, block.offset, block.size)))
@@ -90,7 +91,8 @@ class _LockBase(SharedPrimitive):
     _recursive = False
 
     def __init__(self, *, ctx: Any = None) -> None:
-        self._create(MUTEX_BYTES, LockServant, self._recursive)
+        block = self._create(MUTEX_BYTES, LockServant, self._recursive)
+        sync.setup_mutex(block.buffer, block.offset)
         self._publish()
 
     def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
@@ -102,7 +104,7 @@ class _LockBase(SharedPrimitive):
         self.release()
 
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
-        self._mutex = mutex = _sync.Mutex(buffer, offset, slot, self._recursive)
+        self._mutex = mutex = sync.Mutex(buffer, offset, slot, self._recursive)
         self.acquire = mutex.acquire  # C methods, as multiprocessing binds its SemLock's
         self.release = mutex.release
 

@@ -1,7 +1,7 @@
 """``Semaphore`` and ``BoundedSemaphore``: a counter in shared memory that remembers its holders.
 
 ``acquire`` and ``release`` are the C methods of a
-:class:`~fiberlite.runtime.shm._sync.Semaphore` in every process that maps it. Each
+:class:`~fiberlite.runtime.shm.sync.Semaphore` in every process that maps it. Each
 process's net acquisitions (up to the initial value) are recorded beside the counter,
 so that when a process dies its units go back (:meth:`SemaphoreServant.recover`): a
 semaphore used as a pool of ``n`` resources keeps ``n`` however its users end, while one
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.shm import _sync
+from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block
 from .shared import BlockServant, SharedPrimitive, blocking_call
 
@@ -24,7 +24,7 @@ class SemaphoreServant(BlockServant):
 
     def __init__(self, block: Block) -> None:
         super().__init__(block)
-        self.semaphore = _sync.Semaphore(block.buffer, block.offset, CREATOR_SLOT)
+        self.semaphore = sync.Semaphore(block.buffer, block.offset, CREATOR_SLOT)
 
     def recover(self, slot: int) -> None:
         self.semaphore.recover(slot)
@@ -54,8 +54,8 @@ class Semaphore(SharedPrimitive):
     def __init__(self, value: int = 1, *, ctx: Any = None) -> None:
         if value < 0:
             raise ValueError("semaphore initial value must be >= 0")
-        block = self._create(_sync.SEMAPHORE_BYTES, SemaphoreServant)
-        _sync.setup_semaphore(block.buffer, block.offset, value, value if self._bounded else -1)
+        block = self._create(sync.SEMAPHORE_BYTES, SemaphoreServant)
+        sync.setup_semaphore(block.buffer, block.offset, value, value if self._bounded else -1)
         self._maxvalue = value
         self._publish()
 
@@ -78,7 +78,7 @@ class Semaphore(SharedPrimitive):
         return self.get_value()
 
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
-        self._semaphore = semaphore = _sync.Semaphore(buffer, offset, slot)
+        self._semaphore = semaphore = sync.Semaphore(buffer, offset, slot)
         self.acquire = semaphore.acquire
         self.release = semaphore.release
         self.get_value = semaphore.get_value

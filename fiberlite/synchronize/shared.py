@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 from ..runtime import handles
 from ..runtime.hub import LOCAL_PEER, ObjectRef, Servant
-from ..runtime.shm import _sync
+from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
 from ..runtime.shm.place import Place, allocate, view
 from ..runtime.shm.remote import NOT_YET, Waits, remote_users
 
-NotOwnedError = _sync.NotOwnedError
+NotOwnedError = sync.NotOwnedError
 _tickets = itertools.count(1)  # tells apart the blocking calls of one thread (to withdraw one)
 
 
@@ -94,6 +94,7 @@ class BlockServant(Servant):
 def _release(block: Block, key: int) -> None:
     own = arena()
     own.forget(key)
+    sync.teardown(block.buffer, block.offset, block.size)
     own.free(block)
 
 
@@ -187,7 +188,7 @@ def owner_name(mine: bool, owner: int, my_token: int) -> str:
         return name
     if not owner:
         return "None"
-    if owner >> _sync.THREAD_BITS == my_token >> _sync.THREAD_BITS:
+    if owner >> sync.THREAD_BITS == my_token >> sync.THREAD_BITS:
         return "SomeOtherThread"
     return "SomeOtherProcess"
 

@@ -78,9 +78,9 @@ def _extensions() -> list[dict]:
 
 
 def _build_inputs() -> bytes:
-    """What an install builds from: pyproject.toml and the extensions' sources."""
+    """What an install builds from: pyproject.toml, setup.py and the extensions' sources."""
     parts = []
-    for path in ["pyproject.toml", *(s for ext in _extensions() for s in ext["sources"])]:
+    for path in ["pyproject.toml", "setup.py", *(s for ext in _extensions() for s in ext["sources"])]:
         with open(os.path.join(ROOT, path), "rb") as file:
             parts.append(file.read())
     return b"\0".join(parts)

@@ -3,7 +3,9 @@
 A process that creates a ``Value``, an ``Array`` or a lock allocates its memory here.
 Each *segment* is a ``memfd`` (anonymous: nothing to clean up if the process is killed;
 the memory goes with the last process that maps it), handed to the processes of this
-machine through the door (:mod:`.door`) and mapped there too. A segment starts with a
+machine through the door (:mod:`.door`) and mapped there too. Where there is no memfd
+and no abstract Unix socket to hand it over (not Linux), a segment is memory of this
+process alone, and other processes use its objects through its hub. A segment starts with a
 header, the arena's random cookie and the segment's id, by which a process that maps it
 checks that it really is the memory it was told about (:mod:`.attach`).
 
@@ -22,18 +24,23 @@ import mmap
 import os
 import secrets
 import struct
+import sys
 import threading
 from typing import Callable
+
+from . import sync
 
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("<8s8sQ")  # magic, the arena's cookie, the segment's id
-MAGIC = b"FLSHM\x00v1"
+MAGIC = b"FLSHM" + sync.KIND + b"v1"  # sync.KIND: which implementation lays out locks
 HEADER_SIZE = 64
 ALIGN = 64
 SEGMENT_SIZE = 1 << 20
 LARGE = SEGMENT_SIZE // 4
 CREATOR_SLOT = 1
+# segments other processes can map: memfds, handed over a Unix socket (Linux only)
+SHAREABLE = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
 
 
 def _round_up(n: int, to: int) -> int:
@@ -51,13 +58,17 @@ class Segment:
     def __init__(self, seg_id: int, size: int, cookie: bytes) -> None:
         self.id = seg_id
         self.size = size
-        self.fd = os.memfd_create(f"fiberlite-{os.getpid()}-{seg_id}", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(self.fd, size)
-            self.map = mmap.mmap(self.fd, size)
-        except BaseException:
-            os.close(self.fd)
-            raise
+        if not SHAREABLE:  # this process's own memory: its door stays shut (door.py)
+            self.fd = -1
+            self.map = mmap.mmap(-1, size)
+        else:
+            self.fd = os.memfd_create(f"fiberlite-{os.getpid()}-{seg_id}", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(self.fd, size)
+                self.map = mmap.mmap(self.fd, size)
+            except BaseException:
+                os.close(self.fd)
+                raise
         HEADER.pack_into(self.map, 0, MAGIC, cookie, seg_id)
         self.used = HEADER_SIZE  # bump pointer (small-block segments)
 
@@ -111,9 +122,8 @@ class Arena:
     """The shared memory this process created, and what lives in it."""
 
     def __init__(self) -> None:
-        from . import _sync
         self.cookie = secrets.token_bytes(8)
-        self.slots = Slots(_sync.MAX_SLOT)
+        self.slots = Slots(sync.MAX_SLOT)
         self._segments: dict[int, Segment] = {}
         self._small: list[Segment] = []   # segments blocks of the size classes are cut from
         self._free: dict[int, list[tuple[int, int]]] = {}  # size class -> [(segment, offset)]
@@ -240,8 +250,7 @@ def _forked() -> None:
     """In a forked child the parent's arena is not this process's to serve."""
     global _arena
     _arena = None
-    from . import _sync
-    _sync.after_fork()
+    sync.after_fork()
 
 
 os.register_at_fork(after_in_child=_forked)

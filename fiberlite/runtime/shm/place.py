@@ -3,7 +3,8 @@
 A :class:`Place` travels with the objects that live in shared memory (pickled, as a
 Process argument or on a queue). In the process that made the memory it is the arena's
 own mapping; in another process of the machine it is mapped through the creator's door
-(:mod:`.attach`), unless the ``share_machine`` setting is off; elsewhere it cannot be
+(:mod:`.attach`), unless the ``share_machine`` setting is off or the creator's memory
+cannot be handed over (not Linux: :data:`~.arena.SHAREABLE`); elsewhere it cannot be
 mapped, and the object is used through its creator's hub.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import mmap
 
 from ... import config
-from .arena import CREATOR_SLOT, Block, arena, current
+from .arena import CREATOR_SLOT, SHAREABLE, Block, arena, current
 from .attach import attach
 from .door import door
 
@@ -34,7 +35,7 @@ class Place:
         address = self.door_address
         if address is None:  # leaving its creator for the first time: open the door
             own = current()
-            if own is not None and own.cookie == self.cookie:
+            if own is not None and own.cookie == self.cookie and SHAREABLE:
                 address = self.door_address = door(own).address
         return (Place, (self.cookie, self.segment, self.offset, self.size, address))
 

@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Hashable
 
 from ..hub import LOCAL_PEER, Servant, get_hub
-from . import _sync
+from . import sync
 from .arena import CREATOR_SLOT, Arena
 
 SLICE = 0.2
@@ -96,7 +96,7 @@ class RemoteUsers(Servant):
     def acting_for(self, token: int) -> bool:
         """Whether ``token`` names a thread of a job this hub acts for (what it holds is
         given back through here, or by its recovery)."""
-        return (token >> _sync.THREAD_BITS) in self._acting
+        return (token >> sync.THREAD_BITS) in self._acting
 
     def token(self, peer: int, pid: int, tid: int) -> int:
         """The token that names thread ``tid`` of process ``pid`` of the job ``peer``."""
@@ -105,8 +105,8 @@ class RemoteUsers(Servant):
             threads = self._threads.setdefault(peer, {})
             index = threads.get((pid, tid))
             if index is None:
-                index = threads[(pid, tid)] = len(threads) % ((1 << _sync.THREAD_BITS) - 1) + 1
-        return (slot << _sync.THREAD_BITS) | index
+                index = threads[(pid, tid)] = len(threads) % ((1 << sync.THREAD_BITS) - 1) + 1
+        return (slot << sync.THREAD_BITS) | index
 
     def peer_lost(self, peer: int) -> None:
         with self._lock:

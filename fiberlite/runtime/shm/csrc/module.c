@@ -192,9 +192,14 @@ PyMODINIT_FUNC PyInit__sync(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+#ifdef __linux__
     cpu_set_t cpus;
     if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) > 1 : sysconf(_SC_NPROCESSORS_ONLN) > 1)
         spin_ns = SPIN_NS;
+#else
+    if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
+        spin_ns = SPIN_NS;
+#endif
     PyObject *bases = PyTuple_Pack(2, PyExc_AssertionError, PyExc_RuntimeError);
     if (bases == NULL) {
         Py_DECREF(m);

@@ -3,6 +3,12 @@
 #ifndef FIBERLITE_SYNC_H
 #define FIBERLITE_SYNC_H
 
+/* Linux only: its waits are futexes. setup.py leaves the extension out of the build on
+ * other platforms, where fiberlite uses its portable path (runtime/shm/portable.py). */
+#ifndef __linux__
+#error "fiberlite's _sync extension needs Linux futexes; other platforms use the portable path"
+#endif
+
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>

@@ -2,8 +2,10 @@
  * word every primitive is built on (a holder's token; bit 31: someone may sleep on it). */
 #include "sync.h"
 
+#ifdef __linux__
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#endif
 
 PyObject *NotOwnedError;
 uint32_t next_thread = 0;
@@ -13,6 +15,7 @@ long spin_ns = 0;
 unsigned long looks_awake = 0;
 
 /* -- futexes ------------------------------------------------------------------------- */
+#ifdef __linux__
 int futex_wait(uint32_t *addr, uint32_t expected, const struct timespec *deadline)
 {
     long r = syscall(SYS_futex, addr, FUTEX_WAIT_BITSET, expected, deadline, NULL,
@@ -24,6 +27,7 @@ void futex_wake(uint32_t *addr, int count)
 {
     syscall(SYS_futex, addr, FUTEX_WAKE, count, NULL, NULL, 0);
 }
+#endif
 
 /* block and timeout as multiprocessing reads them: a negative timeout is 0, no
  * timeout (None) is no limit, and a non-blocking call does not wait at all. */
