@@ -14,15 +14,12 @@ same lane and state through the creator's hub (:class:`~fiberlite.queues.QueueSe
 """
 from __future__ import annotations
 
-import collections
 import ctypes
 import queue
-import threading
 import time
-import weakref
 from typing import Any
 
-from .runtime import exit_order
+from .runtime.lanes.feeder import Feeder
 from .runtime.lanes.lane import Lane
 from .runtime.shm import sync
 from .runtime.lanes.shared import LanePlace, create, lane_at
@@ -31,8 +28,6 @@ from .sharedctypes import RawArray
 from .synchronize import Condition
 
 ITEMS, UNFINISHED, TOTAL = 0, 1, 2  # the state's counts (TOTAL: items ever put)
-FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is leaving this often
-DRAIN_PATIENCE = 0.5  # at exit, how long a queue's creator waits for readers to take more
 
 
 # an atomic add on a word at an address (the C extension's): without it, the counts
@@ -140,13 +135,7 @@ class QueueLane:
         self.place = place
         self.state = state
         self.lane = lane
-        self._backlog: collections.deque = collections.deque()  # puts waiting for room
-        self._feeding = False
-        self._lock = threading.Lock()
-        self._fed = threading.Condition(self._lock)
-        self._feeder: threading.Thread | None = None
-        self._stop = False
-        self.ref: Any = None  # the queue's, where what is left is handed over at exit
+        self.feeder = Feeder(lane) if lane is not None else None
         self.watcher: Any = None  # called after each put and get of this process (the page)
 
     @classmethod
@@ -167,67 +156,11 @@ class QueueLane:
             self.watcher()
 
     def send(self, payload: Any) -> None:
-        """Send ``payload`` without waiting for a reader: what finds no room waits here."""
-        if not self._backlog and self.lane.send(payload, block=False):
-            return
-        with self._lock:
-            self._backlog.append(payload.owned())
-            if not self._feeding:
-                self._feeding = True
-                _feeders.add(self)
-                self._feeder = threading.Thread(target=self._feed, name="fiberlite-queue-feeder", daemon=True)
-                self._feeder.start()
-
-    def _feed(self) -> None:
-        while True:
-            with self._lock:
-                if not self._backlog or self._stop:
-                    self._feeding = False
-                    self._fed.notify_all()
-                    return
-                payload = self._backlog[0]
-            try:
-                sent = self.lane.send(payload, block=False)
-            except BaseException:  # no reader is left: what waits is dropped
-                with self._lock:
-                    self._backlog.clear()
-                continue
-            if sent:
-                with self._lock:
-                    self._backlog.popleft()
-            else:
-                self.lane.wait_writable(FEED_SLICE)
+        """Send ``payload`` without waiting for a reader (see :class:`Feeder`)."""
+        self.feeder.send(payload)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until what this process put is in the lane; False after ``timeout``."""
-        with self._lock:
-            return self._fed.wait_for(lambda: not self._feeding, timeout)
-
-    def drain(self) -> None:
-        """(at exit, in the queue's creator) Wait for what this process put to reach the
-        lane while readers keep taking it: not once none has taken any for a moment
-        (nobody may be left to read it)."""
-        while True:
-            with self._lock:
-                left = len(self._backlog)
-            if not left or self.flush(DRAIN_PATIENCE):
-                return
-            with self._lock:
-                if len(self._backlog) >= left:
-                    return
-
-    def hand_over(self, ref: Any) -> None:
-        """(at exit) What still waits for room goes to the queue's creator, which feeds it
-        to the lane after this process has gone, in the same order."""
-        with self._lock:
-            self._stop = True
-            feeder = self._feeder
-        if feeder is not None:
-            feeder.join()
-        with self._lock:
-            left, self._backlog = list(self._backlog), collections.deque()
-        if left:
-            ref.call("lane_feed", left)
+        return self.feeder.flush(timeout)
 
     # -- getting -----------------------------------------------------------------------
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
@@ -242,22 +175,3 @@ class QueueLane:
 
     def empty(self) -> bool:
         return not self.lane.poll(0)
-
-
-_feeders: "weakref.WeakSet[QueueLane]" = weakref.WeakSet()
-
-
-def _flush_all() -> None:
-    """At exit: what this process put and the lane had no room for yet is handed to each
-    queue's creator (the creator itself waits a moment for readers to take it)."""
-    for feeder in list(_feeders):
-        try:
-            if feeder.ref is None or feeder.ref.is_local:
-                feeder.drain()
-            else:
-                feeder.hand_over(feeder.ref)
-        except Exception:  # the creator has gone: nobody could read them
-            pass
-
-
-exit_order.at_exit("links", _flush_all)

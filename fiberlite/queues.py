@@ -268,8 +268,11 @@ class Queue:
         self._used = True
         if self._lane is not None:
             self._lane.put(Payload.pack(obj), block, timeout)
-        elif self._place is not None:
-            _raised(self._ref.call("lane_put", Payload.pack(obj), block, timeout))
+        elif self._place is not None:  # an unbounded queue's put does not wait for the answer
+            if self._maxsize:
+                _raised(self._ref.call("lane_put", Payload.pack(obj), block, timeout))
+            else:
+                self._ref.cast("lane_put", Payload.pack(obj))
         elif self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
         else:  # an unbounded queue never makes a put wait
@@ -376,7 +379,7 @@ class SimpleQueue:
             self._lane.state.reserve(True, None)
             self._lane.lane.send(Payload.pack(obj))
         elif self._place is not None:
-            self._ref.call("lane_put", Payload.pack(obj))
+            self._ref.cast("lane_put", Payload.pack(obj))
         else:
             route.send(self._ref, PUT, self._servant, Payload.pack(obj))
 
@@ -432,8 +435,9 @@ def _rebuild(cls: type, ref: ObjectRef, maxsize: int, place: Any = None) -> Any:
         obj._lane = obj._servant.lane
     elif place is not None:
         lane = QueueLane.at(*place)
-        lane.ref = ref
-        obj._lane = lane if lane.lane is not None else None
+        if lane.lane is not None:
+            lane.feeder.ref = ref
+            obj._lane = lane
     handles.loaded(obj, ref)
     return obj
 

@@ -140,8 +140,8 @@ class Connection:
         if self._lanes is not None:
             self._lanes[1].send(payload)
             return
-        if self._places is not None:
-            self._ref.call("lane_send", self._end, payload)
+        if self._places is not None:  # (in order after this process's earlier sends)
+            self._ref.cast("lane_send", self._end, payload)
             return
         servant = self._servant
         route.send(self._ref, self._end, servant if servant or self._elsewhere else self._owner_servant(),

@@ -17,6 +17,7 @@ import itertools
 from typing import Any
 
 from ..runtime.hub import ObjectRef
+from ..runtime.lanes.feeder import Feeder
 from ..runtime.lanes.lane import Lane
 from ..runtime.lanes.shared import lane_at
 from ..runtime.links.frames import EOF
@@ -55,15 +56,14 @@ class LaneOps:
                     attempt, timeout, timed_out)
 
     def op_lane_send(self, request, end: int, payload: Payload) -> None:
-        lane = self.lanes[1 - end]
-        if lane.send(payload, block=False):
-            request.reply()
-            return
-        payload = payload.owned()  # it waits for room
-
-        def attempt(seconds: float | None) -> Any:
-            return True if lane.wait_writable(seconds) and lane.send(payload, block=False) else NOT_YET
-        self._wait(request, attempt, None, None)
+        """A send of another machine's process (a cast): into the lane now, or after what
+        waits for room already (in the order the sends came)."""
+        feeders = self.__dict__.setdefault("_feeders", {})
+        feeder = feeders.get(end)
+        if feeder is None:
+            feeder = feeders[end] = Feeder(self.lanes[1 - end])
+        feeder.send(payload)
+        request.reply()
 
     def op_lane_receive(self, request, end: int, block: bool = True, timeout: float | None = None) -> None:
         lane = self.lanes[end]

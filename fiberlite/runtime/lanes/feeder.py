@@ -1,0 +1,114 @@
+"""What a process sent to a lane that had no room yet: kept here, in order, and fed to
+the lane by a thread as readers make room (``multiprocessing``'s feeder thread).
+
+A send never waits for a reader. Once one message waits, the next ones wait behind it,
+so each sender's order holds. At exit (the ``links`` stage), what still waits is handed
+to the lane's creator when this process is not the creator (:attr:`Feeder.ref`: the
+object's reference, whose ``lane_feed`` takes the messages), so that a job can leave
+before its last messages are read; the creator itself waits while readers keep taking
+them, and not once none has taken any for :data:`DRAIN_PATIENCE`.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from typing import Any
+
+from .. import exit_order
+from .lane import Lane
+
+FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is leaving this often
+DRAIN_PATIENCE = 0.5  # at exit, how long a lane's creator waits for readers to take more
+
+
+class Feeder:
+    """The messages this process sent to ``lane`` that wait for room."""
+
+    def __init__(self, lane: Lane) -> None:
+        self.lane = lane
+        self.ref: Any = None  # where what is left is handed over at exit (None: the creator)
+        self._backlog: collections.deque = collections.deque()
+        self._feeding = False
+        self._lock = threading.Lock()
+        self._fed = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    def send(self, payload: Any) -> None:
+        """Send ``payload`` now, or after what waits already."""
+        if not self._backlog and self.lane.send(payload, block=False):
+            return
+        with self._lock:
+            self._backlog.append(payload.owned())
+            if not self._feeding:
+                self._feeding = True
+                _feeders.add(self)
+                self._thread = threading.Thread(target=self._feed, name="fiberlite-lane-feeder", daemon=True)
+                self._thread.start()
+
+    def _feed(self) -> None:
+        while True:
+            with self._lock:
+                if not self._backlog or self._stop:
+                    self._feeding = False
+                    self._fed.notify_all()
+                    return
+                payload = self._backlog[0]
+            try:
+                sent = self.lane.send(payload, block=False)
+            except BaseException:  # no reader is left: what waits is dropped
+                with self._lock:
+                    self._backlog.clear()
+                continue
+            if sent:
+                with self._lock:
+                    self._backlog.popleft()
+            else:
+                self.lane.wait_writable(FEED_SLICE)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until what this process sent is in the lane; False after ``timeout``."""
+        with self._lock:
+            return self._fed.wait_for(lambda: not self._feeding, timeout)
+
+    def drain(self) -> None:
+        """Wait while readers keep taking what waits (see the module's docstring)."""
+        while True:
+            with self._lock:
+                left = len(self._backlog)
+            if not left or self.flush(DRAIN_PATIENCE):
+                return
+            with self._lock:
+                if len(self._backlog) >= left:
+                    return
+
+    def hand_over(self) -> None:
+        """What still waits goes to the lane's creator, which feeds it after this process
+        has gone, in the same order."""
+        with self._lock:
+            self._stop = True
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            left, self._backlog = list(self._backlog), collections.deque()
+        if left:
+            self.ref.call("lane_feed", left)
+
+
+_feeders: "weakref.WeakSet[Feeder]" = weakref.WeakSet()
+
+
+def _at_exit() -> None:
+    for feeder in list(_feeders):
+        try:
+            if feeder.ref is None or feeder.ref.is_local:
+                feeder.drain()
+            else:
+                feeder.hand_over()
+        except Exception:  # the creator has gone: nobody could read them
+            pass
+
+
+exit_order.at_exit("links", _at_exit)
