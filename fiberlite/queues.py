@@ -25,6 +25,8 @@ from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
 from .runtime.links import route
 from .runtime.links.channel import Channel
 from .runtime.lanes import shared as lanes
+from .runtime.lanes.feeder import batches
+from .runtime.links.frames import EOF
 from .runtime.links.servant import LinkingServant
 from .runtime.shm.remote import NOT_YET, Waits
 from .wire.codec import Payload
@@ -150,8 +152,19 @@ class QueueServant(LinkingServant):
                    catch=queue.Full, block=block)
 
     def op_lane_get(self, request, block: bool = True, timeout: float | None = None) -> None:
+        payload = self.lane.lane.receive(0.0)  # (there already: answered on this thread)
+        if payload is not None and payload is not EOF:
+            self.lane.state.taken()
+            request.reply(payload)
+            return
         self._wait(request, lambda seconds: self.lane.get(True, seconds), timeout, queue.Empty(),
                    catch=queue.Empty, block=block, undo=self.lane.send)
+
+    def op_lane_put_many(self, request, payloads: list) -> None:
+        """Puts of a process of another machine (an unbounded queue's), in their order."""
+        for payload in payloads:
+            self.lane.put(payload)
+        request.reply()
 
     def op_lane_feed(self, request, payloads: list) -> None:
         """What a job that left had put, counted but not yet in the lane."""
@@ -272,7 +285,7 @@ class Queue:
             if self._maxsize:
                 _raised(self._ref.call("lane_put", Payload.pack(obj), block, timeout))
             else:
-                self._ref.cast("lane_put", Payload.pack(obj))
+                batches(self._ref, "lane_put_many").add(Payload.pack(obj))
         elif self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
         else:  # an unbounded queue never makes a put wait
@@ -319,6 +332,8 @@ class Queue:
         assert self._closed, f"Queue {self!r} not closed"
         if self._lane is not None:
             self._lane.flush()
+        elif self._place is not None:
+            batches(self._ref, "lane_put_many").flush()
         from .runtime.dialed import flush
         flush()
 
@@ -379,7 +394,7 @@ class SimpleQueue:
             self._lane.state.reserve(True, None)
             self._lane.lane.send(Payload.pack(obj))
         elif self._place is not None:
-            self._ref.cast("lane_put", Payload.pack(obj))
+            batches(self._ref, "lane_put_many").add(Payload.pack(obj))
         else:
             route.send(self._ref, PUT, self._servant, Payload.pack(obj))
 

@@ -24,6 +24,7 @@ from ..runtime.finalizing import CastQueue
 from ..runtime.handles import job_exports
 from ..runtime.hub import ObjectRef, get_hub
 from ..wire.codec import Payload
+from ..runtime.lanes.feeder import batches
 from ..runtime.links.frames import EOF
 from .pipe_lanes import lanes_here
 from .readiness import _ReadySignal
@@ -141,7 +142,7 @@ class Connection:
             self._lanes[1].send(payload)
             return
         if self._places is not None:  # (in order after this process's earlier sends)
-            self._ref.cast("lane_send", self._end, payload)
+            batches(self._ref, "lane_send_many", self._end).add(payload)
             return
         servant = self._servant
         route.send(self._ref, self._end, servant if servant or self._elsewhere else self._owner_servant(),

@@ -33,6 +33,7 @@ class LaneOps:
     lanes: tuple | None = None
     places: tuple | None = None
     _lane_waits: Waits | None = None
+    _feeders: dict | None = None  # end -> what other machines sent to it that waits for room
 
     @property
     def lane_waits(self) -> Waits:
@@ -55,14 +56,16 @@ class LaneOps:
         waits.start(request, key if key is not None else ("call", next(self._lane_calls)),
                     attempt, timeout, timed_out)
 
-    def op_lane_send(self, request, end: int, payload: Payload) -> None:
-        """A send of another machine's process (a cast): into the lane now, or after what
-        waits for room already (in the order the sends came)."""
-        feeders = self.__dict__.setdefault("_feeders", {})
-        feeder = feeders.get(end)
+    def op_lane_send_many(self, request, end: int, payloads: list) -> None:
+        """Sends of another machine's process: into the lane now, or after what waits for
+        room already (in the order they came)."""
+        if self._feeders is None:
+            self._feeders = {}
+        feeder = self._feeders.get(end)
         if feeder is None:
-            feeder = feeders[end] = Feeder(self.lanes[1 - end])
-        feeder.send(payload)
+            feeder = self._feeders[end] = Feeder(self.lanes[1 - end])
+        for payload in payloads:
+            feeder.send(payload)
         request.reply()
 
     def op_lane_receive(self, request, end: int, block: bool = True, timeout: float | None = None) -> None:

@@ -1,5 +1,7 @@
 """What a process sent to a lane that had no room yet: kept here, in order, and fed to
-the lane by a thread as readers make room (``multiprocessing``'s feeder thread).
+the lane by a thread as readers make room (``multiprocessing``'s feeder thread); and
+what a process of another machine sends to a lane, gathered into calls to its creator's
+hub (:class:`Batches`).
 
 A send never waits for a reader. Once one message waits, the next ones wait behind it,
 so each sender's order holds. At exit (the ``links`` stage), what still waits is handed
@@ -20,6 +22,7 @@ from .lane import Lane
 
 FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is leaving this often
 DRAIN_PATIENCE = 0.5  # at exit, how long a lane's creator waits for readers to take more
+BATCH_FLUSH = 30.0  # at exit, how long another machine's process waits for its sends to land
 
 
 class Feeder:
@@ -112,3 +115,71 @@ def _at_exit() -> None:
 
 
 exit_order.at_exit("links", _at_exit)
+
+
+class Batches:
+    """The sends of this process to a lane it cannot reach (another machine): each is
+    taken at once and they go to the creator's hub in batches, one call at a time, by a
+    thread of their own, so that many cost one round trip and each sender's order holds
+    (``method`` of ``ref`` takes the list, after ``args``)."""
+
+    def __init__(self, ref: Any, method: str, *args: Any) -> None:
+        self.ref, self.method, self.args = ref, method, args
+        self._waiting: list = []
+        self._busy = False
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self.error: BaseException | None = None
+
+    def add(self, payload: Any) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        with self._lock:
+            self._waiting.append(payload)
+            if self._busy:
+                return
+            self._busy = True
+            _batches.add(self)
+        threading.Thread(target=self._send, name="fiberlite-lane-batches", daemon=True).start()
+
+    def _send(self) -> None:
+        while True:
+            with self._lock:
+                batch, self._waiting = self._waiting, []
+                if not batch:
+                    self._busy = False
+                    self._done.notify_all()
+                    return
+            try:
+                self.ref.call(self.method, *self.args, batch)
+            except BaseException as exc:  # (raised by the sender's next send)
+                self.error = exc
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until what was added has reached the creator; False after ``timeout``."""
+        with self._lock:
+            return self._done.wait_for(lambda: not self._busy, timeout)
+
+
+_batches: "weakref.WeakSet[Batches]" = weakref.WeakSet()
+_senders: "weakref.WeakValueDictionary[tuple, Batches]" = weakref.WeakValueDictionary()
+_senders_lock = threading.Lock()
+
+
+def batches(ref: Any, method: str, *args: Any) -> Batches:
+    """This process's one :class:`Batches` for ``method`` of the object ``ref`` (and ``args``)."""
+    key = (ref.address, ref.oid, method, args)
+    with _senders_lock:
+        sender = _senders.get(key)
+        if sender is None:
+            sender = _senders[key] = Batches(ref, method, *args)
+        return sender
+
+
+def _flush_batches() -> None:
+    for sender in list(_batches):
+        sender.flush(BATCH_FLUSH)
+
+
+exit_order.at_exit("links", _flush_batches)
