@@ -4,15 +4,17 @@ what a process of another machine sends to a lane, gathered into calls to its cr
 hub (:class:`Batches`).
 
 A send never waits for a reader. Once one message waits, the next ones wait behind it,
-so each sender's order holds. At exit (the ``links`` stage), what still waits is handed
-to the lane's creator when this process is not the creator (:attr:`Feeder.ref`: the
-object's reference, whose ``lane_feed`` takes the messages), so that a job can leave
-before its last messages are read; the creator itself waits while readers keep taking
-them, and not once none has taken any for :data:`DRAIN_PATIENCE`.
+so each sender's order holds. At exit (the ``links`` stage), a process waits while readers
+keep taking what waits (as the stdlib joins its feeder thread), and not once none has
+taken any for :data:`DRAIN_PATIENCE`; then what is left is handed to the lane's creator
+when this process is not the creator (:attr:`Feeder.ref`: the object's reference, whose
+``lane_feed`` takes the messages), so that a job can leave before its last messages are
+read.
 """
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import weakref
 from typing import Any
@@ -20,8 +22,10 @@ from typing import Any
 from .. import exit_order
 from .lane import Lane
 
-FEED_SLICE = 0.05  # a feeder waiting for room looks at whether its process is leaving this often
-DRAIN_PATIENCE = 0.5  # at exit, how long a lane's creator waits for readers to take more
+FEED_BATCH = 256  # messages a feeder sends between two looks at its backlog
+FEED_SLICE = 0.005  # a feeder waiting for room looks again this often (the kernel wakes it only once
+# three quarters of the lane are free) and sees whether its process is leaving
+DRAIN_PATIENCE = 0.5  # at exit, how long a process waits for readers to take more
 BATCH_FLUSH = 30.0  # at exit, how long another machine's process waits for its sends to land
 
 
@@ -57,17 +61,21 @@ class Feeder:
                     self._feeding = False
                     self._fed.notify_all()
                     return
-                payload = self._backlog[0]
+                batch = list(itertools.islice(self._backlog, FEED_BATCH))
+            sent = 0
             try:
-                sent = self.lane.send(payload, block=False)
+                for payload in batch:  # (taken from the backlog only once sent)
+                    if not self.lane.send(payload, block=False):
+                        break
+                    sent += 1
             except BaseException:  # no reader is left: what waits is dropped
                 with self._lock:
                     self._backlog.clear()
                 continue
-            if sent:
-                with self._lock:
+            with self._lock:
+                for _ in range(sent):
                     self._backlog.popleft()
-            else:
+            if sent < len(batch):
                 self.lane.wait_writable(FEED_SLICE)
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -106,9 +114,8 @@ _feeders: "weakref.WeakSet[Feeder]" = weakref.WeakSet()
 def _at_exit() -> None:
     for feeder in list(_feeders):
         try:
-            if feeder.ref is None or feeder.ref.is_local:
-                feeder.drain()
-            else:
+            feeder.drain()
+            if feeder.ref is not None and not feeder.ref.is_local:
                 feeder.hand_over()
         except Exception:  # the creator has gone: nobody could read them
             pass

@@ -39,9 +39,10 @@ _LARGE = b"\x10"  # a record that carries a memfd: this byte, the frame's size, 
 _SIZE = struct.Struct("<Q")
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 _RECV_SIZE = INLINE_MAX + 64
-_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
-_DONTWAIT = socket.MSG_DONTWAIT | _NOSIGNAL
-_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_NOSIGNAL = int(getattr(socket, "MSG_NOSIGNAL", 0))
+_DONTWAIT = int(socket.MSG_DONTWAIT | _NOSIGNAL)  # (plain ints: an enum's | costs a call)
+_CLOEXEC = int(getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+_RECV_NOW = _DONTWAIT | _CLOEXEC
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP
 _POLL_OUT = select.POLLOUT
 # the main thread waits in slices of this long: a Ctrl-C that the kernel gave another
@@ -160,12 +161,12 @@ class Lane:
         :data:`~fiberlite.runtime.links.frames.EOF` once every writer has gone."""
         sock = self.reading
         try:
-            data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC)
+            data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
             return self._decode(data, ancillary)
         except BlockingIOError:
             if timeout is not None and timeout <= 0:
                 return None
-        got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC))
+        got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW))
         if got is not None:
             return self._decode(got[0], got[1])
         main = threading.get_ident() == _MAIN
@@ -180,7 +181,7 @@ class Lane:
             if not self._wait_readable(min(left, SIGNAL_SLICE) if main else left):
                 continue
             try:
-                data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _DONTWAIT | _CLOEXEC)
+                data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
             except BlockingIOError:  # another reader was first
                 continue
             return self._decode(data, ancillary)
