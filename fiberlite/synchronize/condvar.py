@@ -32,12 +32,14 @@ CONDITION_BYTES = 12
 
 
 class Holder:
-    """A lock as one thread holds it: ``is_mine()``, ``release_save()``, ``acquire_restore(depth)``."""
+    """A lock as one thread holds it: ``is_mine()``, ``depth()``, ``release_save()``,
+    ``acquire_restore(depth)``."""
 
     def __init__(self, mutex: Any, token: int | None = None,
                  released: Callable[[], None] | None = None) -> None:
         """``token``: the thread of a job the creator acts for; ``released()`` is called
         after each release (the calls parked behind the lock are handed it)."""
+        self.depth = mutex.depth
         if token is None:
             self.is_mine = mutex.is_mine
             self.release_save = mutex.release_save
@@ -70,9 +72,18 @@ def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | N
     whether notified. With ``cancelled``, it is looked at every :data:`SLICE` seconds
     (the creator acting for a job whose call may be withdrawn): once true, the wait
     ends as if timed out. ``entered``: what :func:`enter` returned, called already."""
-    seq, depth = enter(words, holder) if entered is None else entered
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    if entered is None:  # as enter(), in steps an interruption (Ctrl-C) cannot come between:
+        if not holder.is_mine():  # it comes only after a call returns, or in a loop
+            raise NotOwnedError("must acquire() _lock before using wait()")
+        depth = holder.depth()
+        words[WAITERS] += 1  # (undone by the handler below from here on)
+        seq = words[SEQ]
+    else:
+        seq, depth = entered
     try:
+        if entered is None:
+            holder.release_save()
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if cancelled is not None:
@@ -88,7 +99,7 @@ def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | N
                 words[WAITERS] -= 1
                 return False
             seq = words[SEQ]
-            depth = holder.release_save()
+            holder.release_save()
     except BaseException:  # interrupted: the lock is held again before the error goes on
         if not holder.is_mine():
             holder.acquire_restore(depth)
