@@ -12,11 +12,18 @@ the next send on the context (or :meth:`Io.settle`).
 """
 from __future__ import annotations
 
+import threading
+import time
+
 import pynng
 from pynng._nng import ffi, lib
 from pynng.exceptions import check_err
 
 from .codec import ZERO_COPY_MIN, join_message
+
+
+FIRST_PAUSE = 50e-6   # seconds: an interruptible wait's first look after the start
+SIGNAL_SLICE = 0.02  # seconds: its longest pause, how late a signal's handler runs at most
 
 
 def _new_aio():
@@ -61,21 +68,23 @@ class Io(pynng.Context):
             lib.nng_msg_free(lib.nng_aio_get_msg(aio))
         return err
 
-    def recv_frame(self, timeout_ms: int = -1):
+    def recv_frame(self, timeout_ms: int = -1, interruptible: bool = False):
         """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
         :func:`codec.frame_from_message` (large out-of-band frames used in place).
-        ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever)."""
+        ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever);
+        ``interruptible``: see :meth:`TimedAio.wait`."""
         self.begin_recv(timeout_ms)
-        return self.end_recv()
+        return self.end_recv(interruptible)
 
     def begin_recv(self, timeout_ms: int = -1) -> None:
         """Start receiving; :meth:`end_recv` waits for the message, :meth:`cancel_recv`
         (from another thread) makes it raise ``pynng.Canceled`` unless one has come."""
         lib.nng_ctx_recv(self.context, self._receiving.set_timeout(timeout_ms))
 
-    def end_recv(self):
-        """The message :meth:`begin_recv` waited for, as :meth:`recv_frame` returns it."""
-        msg = self._receiving.wait()
+    def end_recv(self, interruptible: bool = False):
+        """The message :meth:`begin_recv` waited for, as :meth:`recv_frame` returns it
+        (``interruptible``: see :meth:`TimedAio.wait`)."""
+        msg = self._receiving.wait(interruptible)
         pipe = lib.nng_msg_get_pipe(msg)
         return take_frame(msg), pipe.id, pipe
 
@@ -126,9 +135,19 @@ class TimedAio:
         start(target, self.set_timeout(timeout_ms))
         return self.wait()
 
-    def wait(self):
-        """Wait for the receive under way: the ``nng_msg``, or the nng error raised."""
+    def wait(self, interruptible: bool = False):
+        """Wait for the receive under way: the ``nng_msg``, or the nng error raised.
+
+        ``nng_aio_wait`` sleeps through signals: with ``interruptible``, the main thread
+        (where signal handlers run) looks at the aio at growing intervals instead, up to
+        :data:`SIGNAL_SLICE` apart, so that a handler's exception (Ctrl-C's
+        KeyboardInterrupt) is raised within that time; the caller abandons the receive."""
         aio = self.aio
+        if interruptible and threading.current_thread() is threading.main_thread():
+            pause = FIRST_PAUSE
+            while lib.nng_aio_busy(aio):
+                time.sleep(pause)  # a signal ends the sleep; its handler runs after it
+                pause = min(pause * 2, SIGNAL_SLICE)
         lib.nng_aio_wait(aio)
         err = lib.nng_aio_result(aio)
         if err:
