@@ -17,6 +17,7 @@ from .limits import raise_open_file_limit
 from .scheduler import Scheduler
 from ..wire.client import Client
 from ..wire.codec import Payload
+from ..wire.nngio import SIGNAL_SLICE
 from ..wire.server import Request, Server
 from ..wire.tls import host_port
 
@@ -100,7 +101,13 @@ class LocalRequest:
             sleep.acquire()
             self._sleep = sleep  # written before _result is read again: an answer
             if self._result is None:  # given in between either is seen here or releases
-                sleep.acquire()
+                if threading.current_thread() is threading.main_thread():
+                    # a signal that came just before the sleep began ends no sleep: its
+                    # handler (Ctrl-C's KeyboardInterrupt) runs at the next slice
+                    while not sleep.acquire(timeout=SIGNAL_SLICE):
+                        pass
+                else:
+                    sleep.acquire()
         return self._result
 
     def wait(self) -> Any:

@@ -28,6 +28,7 @@ from ..runtime.shm.remote import SLICE
 from .shared import NotOwnedError
 
 SEQ, WAITERS, TO_WAKE = 0, 1, 2
+WAKE_ALL = 1 << 30
 CONDITION_BYTES = 12
 
 
@@ -86,8 +87,8 @@ def wait(words: memoryview, seq_address: int, holder: Holder, timeout: float | N
             holder.release_save()
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
-            if cancelled is not None:
-                remaining = SLICE if remaining is None else min(SLICE, remaining)
+            if cancelled is not None:  # (withdrawn already: no sleep, hold the lock again)
+                remaining = 0.0 if cancelled() else SLICE if remaining is None else min(SLICE, remaining)
             if remaining is None or remaining > 0:
                 _sync.wait(seq_address, seq, remaining)
             holder.acquire_restore(depth)
@@ -152,8 +153,14 @@ def remote_wait(servant: Any, request: Any, cid: str, timeout: float | None, pid
 
 
 def remote_resume(servant: Any, request: Any, pid: int, tid: int, ticket: int) -> None:
-    """The job's thread was interrupted in a wait: answered once it holds the lock again."""
+    """The job's thread was interrupted in a wait: answered once it holds the lock again.
+    The threads waiting here are woken, so that the withdrawn wait ends at once, not at
+    the end of its slice (the others find no notification and sleep again)."""
     servant.waits.cancel((request.peer, pid, tid, ticket), then=request.reply)
+    for block in list(servant.conditions.values()):  # (which one it waits on is not said)
+        seq_address = cells(block.buffer, block.offset)[1]
+        _sync.add(seq_address, 1)  # (a thread about to sleep on the old value does not)
+        _sync.wake(seq_address, WAKE_ALL)
 
 
 def remote_notify(servant: Any, request: Any, cid: str, n: int | None, pid: int, tid: int) -> None:

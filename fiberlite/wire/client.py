@@ -174,13 +174,16 @@ class Client:
         return ctx
 
     def _receive(self, ctx: pynng.Context, timeout_ms: int = -1, interruptible: bool = False,
-                 keep: bool = False) -> Any:
+                 keep: bool = False, resumed: bool = False) -> Any:
         """The decoded reply on ``ctx`` (the caller has entered); ``TimeoutError`` when
         none came within ``timeout_ms`` (-1: wait for ever). ``interruptible``: a signal's
         handler runs while it waits (:meth:`~fiberlite.wire.nngio.TimedAio.wait`);
-        ``keep``: its exception leaves the request under way (:meth:`request`)."""
+        ``keep``: its exception leaves the receive under way, which ``resumed`` then
+        waits for again (:meth:`request`)."""
         try:
-            frame, _, _ = ctx.recv_frame(timeout_ms, interruptible)
+            if not resumed:
+                ctx.begin_recv(timeout_ms)
+            frame, _, _ = ctx.end_recv(interruptible)
         except pynng.Timeout:
             self._guard.discard(ctx)  # a request left unanswered must not be reused
             raise TimeoutError(f"{self.address} did not answer within {timeout_ms} ms") from None
@@ -216,7 +219,7 @@ class Client:
             except BaseException:
                 read: list = []
                 try:
-                    on_interrupt(lambda: read.append(ctx) or self._receive(ctx))
+                    on_interrupt(lambda: read.append(ctx) or self._receive(ctx, resumed=True))
                 except Exception:
                     pass  # (a lost connection: the servant takes back what it lent)
                 if not read:

@@ -68,13 +68,12 @@ class Io(pynng.Context):
             lib.nng_msg_free(lib.nng_aio_get_msg(aio))
         return err
 
-    def recv_frame(self, timeout_ms: int = -1, interruptible: bool = False):
+    def recv_frame(self, timeout_ms: int = -1):
         """Wait for a message: ``(frame, pipe id, nng_pipe)``; the frame as in
         :func:`codec.frame_from_message` (large out-of-band frames used in place).
-        ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever);
-        ``interruptible``: see :meth:`TimedAio.wait`."""
+        ``timeout_ms``: ``pynng.Timeout`` after that long (-1: wait for ever)."""
         self.begin_recv(timeout_ms)
-        return self.end_recv(interruptible)
+        return self.end_recv()
 
     def begin_recv(self, timeout_ms: int = -1) -> None:
         """Start receiving; :meth:`end_recv` waits for the message, :meth:`cancel_recv`
