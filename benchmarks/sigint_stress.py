@@ -32,6 +32,7 @@ import json
 import math
 import os
 import platform
+import queue
 import random
 import signal
 import subprocess
@@ -253,7 +254,13 @@ def main() -> None:
         results = fiberlite.Queue()
         job = fiberlite.Process(target=in_job, args=(objects, kinds, args, results))
         job.start()
-        rows["fiberlite"] = results.get()
+        while True:
+            try:
+                rows["fiberlite"] = results.get(timeout=1)
+                break
+            except queue.Empty:
+                if not job.is_alive():
+                    sys.exit(f"the waiting job ended before it reported: exit code {job.exitcode}")
         job.join()
     print(f"SIGINT into blocking calls: {args.tries} tries per kind, where={args.where}, "
           f"path={args.path}{', to another thread' if args.to_thread else ''}, "

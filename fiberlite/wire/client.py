@@ -178,8 +178,8 @@ class Client:
         """The decoded reply on ``ctx`` (the caller has entered); ``TimeoutError`` when
         none came within ``timeout_ms`` (-1: wait for ever). ``interruptible``: a signal's
         handler runs while it waits (:meth:`~fiberlite.wire.nngio.TimedAio.wait`);
-        ``keep``: its exception leaves the receive under way, which ``resumed`` then
-        waits for again (:meth:`request`)."""
+        ``keep``: an interruption of the wait itself leaves the receive under way, which
+        ``resumed`` then waits for again (:meth:`request`)."""
         try:
             if not resumed:
                 ctx.begin_recv(timeout_ms)
@@ -191,7 +191,7 @@ class Client:
             self._guard.discard(ctx)
             raise self._lost_error() from None
         except BaseException:
-            if not keep:
+            if not (keep and ctx.recv_interrupted()):  # (else the reply is collected later)
                 self._guard.discard(ctx)  # an interrupted call leaves the context mid-request
             raise
         self._heard = True
@@ -217,6 +217,8 @@ class Client:
             except Exception:
                 raise
             except BaseException:
+                if not ctx.recv_interrupted():
+                    raise  # (interrupted elsewhere: the request is abandoned)
                 read: list = []
                 try:
                     on_interrupt(lambda: read.append(ctx) or self._receive(ctx, resumed=True))

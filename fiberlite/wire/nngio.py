@@ -87,6 +87,11 @@ class Io(pynng.Context):
         pipe = lib.nng_msg_get_pipe(msg)
         return take_frame(msg), pipe.id, pipe
 
+    def recv_interrupted(self) -> bool:
+        """Whether :meth:`end_recv` was interrupted while it waited (Ctrl-C): the receive
+        is under way, and :meth:`end_recv` collects it."""
+        return self._receiving.interrupted
+
     def recv_finished(self) -> bool:
         """Whether the receive :meth:`begin_recv` started has finished (then
         :meth:`end_recv` returns, or raises, at once)."""
@@ -115,11 +120,12 @@ class Io(pynng.Context):
 class TimedAio:
     """A reusable ``nng_aio`` (no callback) that remembers the timeout it is set to."""
 
-    __slots__ = ("aio", "_timeout")
+    __slots__ = ("aio", "_timeout", "interrupted")
 
     def __init__(self) -> None:
         self.aio = _new_aio()
         self._timeout: int | None = None
+        self.interrupted = False  # the last wait was interrupted, its receive under way
 
     def set_timeout(self, timeout_ms: int):
         """The aio, its timeout set to ``timeout_ms`` (-1: none, 0: do not wait)."""
@@ -140,13 +146,19 @@ class TimedAio:
         ``nng_aio_wait`` sleeps through signals: with ``interruptible``, the main thread
         (where signal handlers run) looks at the aio at growing intervals instead, up to
         :data:`SIGNAL_SLICE` apart, so that a handler's exception (Ctrl-C's
-        KeyboardInterrupt) is raised within that time; the caller abandons the receive."""
+        KeyboardInterrupt) is raised within that time. :attr:`interrupted` then says the
+        receive is still under way: waiting again collects its message."""
         aio = self.aio
+        self.interrupted = False
         if interruptible and threading.current_thread() is threading.main_thread():
             pause = FIRST_PAUSE
-            while lib.nng_aio_busy(aio):
-                time.sleep(pause)  # a signal ends the sleep; its handler runs after it
-                pause = min(pause * 2, SIGNAL_SLICE)
+            try:
+                while lib.nng_aio_busy(aio):
+                    time.sleep(pause)  # a signal ends the sleep; its handler runs after it
+                    pause = min(pause * 2, SIGNAL_SLICE)
+            except BaseException:
+                self.interrupted = True  # (set before any other exception can come)
+                raise
         lib.nng_aio_wait(aio)
         err = lib.nng_aio_result(aio)
         if err:
