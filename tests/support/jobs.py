@@ -52,6 +52,12 @@ def report_identity(q) -> None:
            os.getcwd(), os.environ.get("FIBERLITE_AUTHKEY")))
 
 
+def report_preparation(q) -> None:
+    """What a job received of its parent besides the Process: argv and the logger's level."""
+    from fiberlite import util
+    q.put((sys.argv, util.get_logger().getEffectiveLevel()))
+
+
 def produce(q, start: int, count: int) -> None:
     for i in range(start, start + count):
         q.put(i)
