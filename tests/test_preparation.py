@@ -1,6 +1,7 @@
 """What a job sees of its parent before it runs anything, as the stdlib's spawn hands it
 over (``multiprocessing.spawn.get_preparation_data``): ``sys.argv``, the logger's level
-and its stderr handler, the authkey, ``sys.path`` and the working directory.
+and its stderr handler, the authkey, ``sys.path``, the working directory, and the main
+module's name when it was run with ``python -m``.
 
 Each test runs a script of its own as ``__main__`` in a new interpreter, so that the
 parent's ``sys.argv`` and logger are the script's."""
@@ -92,3 +93,38 @@ def test_a_job_logs_at_the_parents_level_with_its_key_and_directory(tmp_path):
     assert cwd == str(tmp_path / "sub")
     assert done.stdout.splitlines()[1] == "parent level 10 exitcode 0"
     assert "[DEBUG/Process-1] debug from the job" in done.stderr
+
+
+RUN_AS_MODULE = """
+    import sys
+    import threading
+    import fiberlite as mp
+    from .helper import VALUE  # a relative import: the job runs this as a module of pkg
+
+    guard = threading.Lock()  # cannot be pickled: the job runs this module again to make it
+
+    def report(q):
+        with guard:
+            q.put((VALUE, sys.argv[1:]))
+
+    if __name__ == "__main__":
+        q = mp.Queue()
+        job = mp.Process(target=report, args=(q,))
+        job.start()
+        print(q.get(timeout=30))
+        job.join(30)
+        print("exitcode", job.exitcode)
+"""
+
+
+def test_a_main_module_run_with_dash_m_is_run_again_as_that_module(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helper.py").write_text("VALUE = 42\n")
+    (package / "main.py").write_text(textwrap.dedent(RUN_AS_MODULE))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-m", "pkg.main", "x"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [str((42, ["x"])), "exitcode 0"]

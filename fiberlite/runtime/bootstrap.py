@@ -48,7 +48,7 @@ def _prepare(prep: dict) -> None:
     # ... and globals of theirs that could not be pickled are made by the script, run here
     from ..wire import main_globals
     from . import main_script
-    main_globals.set_loader(main_script.load)
+    main_globals.set_loader(lambda path: main_script.load(path, prep["main_name"]))
 
 
 def main() -> None:

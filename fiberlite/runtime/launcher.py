@@ -114,6 +114,7 @@ def preparation(parent_name: str, tree: dict | None = None) -> dict[str, Any]:
         "parent_name": parent_name,
         "parent_pid": os.getpid(),
         "main_path": getattr(main, "__file__", None),
+        "main_name": getattr(getattr(main, "__spec__", None), "name", None),  # python -m
         "run_id": identity.run_id(),
     }
 
