@@ -27,6 +27,17 @@ def run(tmp_path, source: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=100)
 
 
+# the main part of the scripts below: a job runs report(q), the parent prints what it put
+REPORT_FROM_A_JOB = """
+    if __name__ == "__main__":
+        q = mp.Queue()
+        job = mp.Process(target=report, args=(q,))
+        job.start()
+        print(q.get(timeout=30))
+        job.join(30)
+        print("exitcode", job.exitcode)
+"""
+
 ARGV_AT_MODULE_LEVEL = """
     import importlib
     import sys
@@ -39,15 +50,7 @@ ARGV_AT_MODULE_LEVEL = """
     def report(q):
         with guard:
             q.put((sys.argv, codec.__name__))
-
-    if __name__ == "__main__":
-        q = mp.Queue()
-        job = mp.Process(target=report, args=(q,))
-        job.start()
-        print(q.get(timeout=30))
-        job.join(30)
-        print("exitcode", job.exitcode)
-"""
+""" + REPORT_FROM_A_JOB
 
 
 def test_a_script_reading_argv_at_module_level_runs_in_jobs(tmp_path):
@@ -106,15 +109,7 @@ RUN_AS_MODULE = """
     def report(q):
         with guard:
             q.put((VALUE, sys.argv[1:]))
-
-    if __name__ == "__main__":
-        q = mp.Queue()
-        job = mp.Process(target=report, args=(q,))
-        job.start()
-        print(q.get(timeout=30))
-        job.join(30)
-        print("exitcode", job.exitcode)
-"""
+""" + REPORT_FROM_A_JOB
 
 
 def test_a_main_module_run_with_dash_m_is_run_again_as_that_module(tmp_path):
