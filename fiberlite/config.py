@@ -175,6 +175,7 @@ _table_has_plugins = False  # the entry points' backends were asked for their se
 _overrides: dict[str, Any] = {}
 _inherited: dict[str, Any] | None = None
 _resolved: dict[str, Any] | None = None
+_applied_level: str | None = None  # the log_level last given to fiberlite's logger
 
 
 #: settings that were renamed: old name -> new name
@@ -286,8 +287,19 @@ def settings() -> dict[str, Any]:
     with _lock:
         if _resolved is None:
             _resolved = _resolve()
-            logging.getLogger("fiberlite").setLevel(_resolved["log_level"])
+            _apply_log_level(_resolved["log_level"])
         return dict(_resolved)
+
+
+def _apply_log_level(name: str) -> None:
+    """Give fiberlite's logger the ``log_level`` setting when it is first read, unless
+    code set the logger's level before (``log_to_stderr(DEBUG)``), and whenever it
+    changes. Reading the settings again never undoes a level set in code."""
+    global _applied_level
+    logger = logging.getLogger("fiberlite")
+    if name != _applied_level and (_applied_level is not None or logger.level == logging.NOTSET):
+        logger.setLevel(name)
+    _applied_level = name
 
 
 def get(name: str) -> Any:

@@ -132,7 +132,7 @@ class Process:
         self._args = tuple(args)
         self._kwargs = dict(kwargs or {})
         self._name = name or type(self).__name__ + "-" + ":".join(str(i) for i in self._identity)
-        self._authkey: bytes | None = None
+        self._authkey: bytes | None = current_process()._authkey  # the creator's, as the stdlib
         self._daemonic = bool(daemon) if daemon is not None else bool(current_process().daemon)
 
     # -- what runs in the job -----------------------------------------------------------

@@ -52,6 +52,11 @@ def log_to_stderr(level: int | str | None = None) -> logging.Logger:
     return logger
 
 
+def logs_to_stderr() -> bool:
+    """Whether :func:`log_to_stderr` was called here (a job started now calls it too)."""
+    return _stderr_handler is not None
+
+
 def sub_debug(msg: str, *args: object) -> None:
     get_logger().log(SUBDEBUG, msg, *args, stacklevel=2)
 

@@ -12,7 +12,6 @@ anyone (:func:`~fiberlite.runtime.dialed.fence`), so that it cannot come back in
 """
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -29,14 +28,19 @@ def _fail(message: str) -> None:
 
 
 def _prepare(prep: dict) -> None:
-    from .. import config
+    """Make this process look like the parent to the code it runs, as the standard
+    library's spawn does: sys.path, sys.argv, cwd, settings, the logger, ``__main__``."""
+    from .. import config, util
     parent_path = [p for p in prep["sys_path"] if not p or os.path.exists(p)]
     sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
+    sys.argv[:] = prep["sys_argv"]  # a script may read its arguments at module level
     if os.path.isdir(prep["cwd"]):
         os.chdir(prep["cwd"])
     config.adopt(prep["settings"])
     config.settings()  # resolved now: it sets the logger's level from log_level, then
-    logging.getLogger("fiberlite").setLevel(prep["log_level"])  # the parent's level wins
+    util.get_logger().setLevel(prep["log_level"])  # the parent's level wins
+    if prep["log_to_stderr"]:
+        util.log_to_stderr()
     # functions and classes of the parent's __main__ arrive by value; give them a clean home
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -44,7 +48,7 @@ def _prepare(prep: dict) -> None:
     # ... and globals of theirs that could not be pickled are made by the script, run here
     from ..wire import main_globals
     from . import main_script
-    main_globals.set_loader(main_script.load)
+    main_globals.set_loader(lambda path: main_script.load(path, prep["main_name"]))
 
 
 def main() -> None:
@@ -98,6 +102,8 @@ def main() -> None:
         traceback.print_exc()
         _fail(f"could not receive the process to run: {exc}")
     process._popen = None
+    import multiprocessing  # logging names a record's process after the stdlib's
+    multiprocessing.current_process().name = process.name
     exitcode = process._bootstrap(ParentProcess(prep["parent_name"], prep["parent_pid"], lost))
     from . import exit_order
     from .dialed import flush

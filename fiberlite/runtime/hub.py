@@ -17,6 +17,7 @@ from .limits import raise_open_file_limit
 from .scheduler import Scheduler
 from ..wire.client import Client
 from ..wire.codec import Payload
+from ..wire.nngio import SIGNAL_SLICE
 from ..wire.server import Request, Server
 from ..wire.tls import host_port
 
@@ -93,14 +94,24 @@ class LocalRequest:
     def fail(self, exc: BaseException) -> None:
         self._answer((False, exc))
 
-    def wait(self) -> Any:
+    def outcome(self) -> tuple[bool, Any]:
+        """Wait for the answer: ``(ok, value)`` (value: the error when not ok)."""
         if self._result is None:
             sleep = threading.Lock()
             sleep.acquire()
             self._sleep = sleep  # written before _result is read again: an answer
             if self._result is None:  # given in between either is seen here or releases
-                sleep.acquire()
-        ok, value = self._result
+                if threading.current_thread() is threading.main_thread():
+                    # a signal that came just before the sleep began ends no sleep: its
+                    # handler (Ctrl-C's KeyboardInterrupt) runs at the next slice
+                    while not sleep.acquire(timeout=SIGNAL_SLICE):
+                        pass
+                else:
+                    sleep.acquire()
+        return self._result
+
+    def wait(self) -> Any:
+        ok, value = self.outcome()
         if ok:
             return value
         # not kept here: the raised exception's traceback holds the caller's frames, and a
@@ -219,7 +230,10 @@ class Hub:
                 except Exception:
                     log.exception("receipt failed in %r", servant)
 
-    def call_local(self, oid: int, method: str, args: tuple) -> Any:
+    def call_local(self, oid: int, method: str, args: tuple,
+                   on_interrupt: Callable[[Callable[[], Any]], None] | None = None) -> Any:
+        """Run ``method`` of servant ``oid`` for this process; ``on_interrupt``: as
+        :meth:`~fiberlite.wire.client.Client.request`'s."""
         if method in _HOLD_OPS:
             return self._change_holds(oid, method, *args)
         servant = self._objects.get(oid)
@@ -230,7 +244,16 @@ class Hub:
             servant.dispatch(request, method, args)
         except Exception as exc:
             raise exc
-        return request.wait()
+        if on_interrupt is None:
+            return request.wait()
+        try:
+            return request.wait()
+        except BaseException:  # interrupted (Ctrl-C): the servant answers at once
+            try:
+                on_interrupt(request.outcome)
+            except Exception:
+                pass
+            raise
 
     def _peer_lost(self, peer: int, event: str = "peer_lost") -> None:
         servants = sorted(self._objects.values(), key=lambda servant: servant.hears_loss_last)
@@ -360,11 +383,24 @@ class ObjectRef:
 
     def call(self, method: str, *args: Any) -> Any:
         """Run ``method`` on the servant and return its reply (or raise its error)."""
+        return self._call(method, args, False)
+
+    def wait(self, method: str, *args: Any,
+             on_interrupt: Callable[[Callable[[], Any]], None] | None = None) -> Any:
+        """As :meth:`call`, for a method whose reply may take long (a lock's acquire, a
+        queue's get): Ctrl-C interrupts the wait (KeyboardInterrupt) as it would a wait
+        of this process. The call is abandoned, or handed to ``on_interrupt`` (see
+        :meth:`~fiberlite.wire.client.Client.request`)."""
+        return self._call(method, args, True, on_interrupt)
+
+    def _call(self, method: str, args: tuple, interruptible: bool,
+              on_interrupt: Callable[[Callable[[], Any]], None] | None = None) -> Any:
         hub = _hub
         if hub is not None and hub.address == self.address:
-            return hub.call_local(self.oid, method, _owned(args))
+            return hub.call_local(self.oid, method, _owned(args), on_interrupt)
         client = self.connection()
-        ok, value = client.request(_envelope(client, self.oid, method, args))
+        ok, value = client.request(_envelope(client, self.oid, method, args), interruptible,
+                                   on_interrupt)
         if ok:
             return value
         raise value

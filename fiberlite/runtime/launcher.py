@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from .. import config
+from .. import config, util
 from . import exit_order, identity
 from ..backends import JobSpec, close_all, get_backend
 from .handles import expire_exports, exports_for_job
@@ -104,13 +104,17 @@ def preparation(parent_name: str, tree: dict | None = None) -> dict[str, Any]:
     return {
         "tree": tree,
         "sys_path": list(sys.path),
+        "sys_argv": list(sys.argv),
         "cwd": os.getcwd(),
         "settings": config.settings(),
-        # the job's logger starts at this logger's level, as multiprocessing's does
-        "log_level": logging.getLogger("fiberlite").getEffectiveLevel(),
+        # the job's logger starts at this logger's level and prints on stderr if this one
+        # does, as multiprocessing's does
+        "log_level": util.get_logger().getEffectiveLevel(),
+        "log_to_stderr": util.logs_to_stderr(),
         "parent_name": parent_name,
         "parent_pid": os.getpid(),
         "main_path": getattr(main, "__file__", None),
+        "main_name": getattr(getattr(main, "__spec__", None), "name", None),  # python -m
         "run_id": identity.run_id(),
     }
 

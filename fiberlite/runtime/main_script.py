@@ -21,8 +21,10 @@ _lock = threading.RLock()
 _running = threading.local()
 
 
-def load(path: str) -> types.ModuleType:
-    """The main script at ``path``, run here once as ``__mp_main__``."""
+def load(path: str, module_name: str | None = None) -> types.ModuleType:
+    """The main script at ``path``, run here once as ``__mp_main__``; by its module's
+    name, when the parent ran it as a module (``python -m package.module``: its relative
+    imports need its package), as the standard library's spawn does."""
     with _lock:
         module = sys.modules.get(MODULE)
         if module is not None and getattr(module, "__file__", None) == path:
@@ -32,7 +34,10 @@ def load(path: str) -> types.ModuleType:
         sys.modules[MODULE] = module  # as an import does: the script may import itself
         _running.now = True
         try:
-            module.__dict__.update(runpy.run_path(path, run_name=MODULE))
+            if module_name and module_name != "__main__" and not module_name.endswith(".__main__"):
+                module.__dict__.update(runpy.run_module(module_name, run_name=MODULE))
+            else:
+                module.__dict__.update(runpy.run_path(path, run_name=MODULE))
         except BaseException:
             del sys.modules[MODULE]
             raise

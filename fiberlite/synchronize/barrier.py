@@ -70,8 +70,8 @@ class _Barrier:
         """One party's wait: ``("ok", index)``, or ``("action", index, generation)`` for
         the last one when there is an action to run first (then :meth:`action_done`)."""
         w = self.words
-        self.lock()
-        try:
+        try:  # (an interruption may come just after the lock is taken, in lock() itself)
+            self.lock()
             while w[STATE] in (DRAINING, RESETTING, ACTING):  # the previous round is leaving
                 self.wait_cond(None, cancelled)
                 if cancelled is not None and cancelled():
@@ -96,7 +96,8 @@ class _Barrier:
                 if not keep:
                     self._leave(index)
         finally:
-            self.unlock()
+            if self.holder.is_mine():
+                self.unlock()
 
     def _wait(self, timeout: float | None, cancelled: Callable[[], bool] | None) -> None:
         """Wait until the round passes; the barrier breaks if it does not in time (or the

@@ -27,17 +27,20 @@ from ..runtime.shm.remote import SLICE
 from .shared import NotOwnedError
 
 SEQ, WAITERS, TO_WAKE = 0, 1, 2
+WAKE_ALL = 1 << 30
 WORDS_BYTES = 12
 CONDITION_BYTES = WORDS_BYTES + sync.WORD_SPARE  # and what the implementation keeps beside a waited word
 
 
 class Holder:
-    """A lock as one thread holds it: ``is_mine()``, ``release_save()``, ``acquire_restore(depth)``."""
+    """A lock as one thread holds it: ``is_mine()``, ``depth()``, ``release_save()``,
+    ``acquire_restore(depth)``."""
 
     def __init__(self, mutex: Any, token: int | None = None,
                  released: Callable[[], None] | None = None) -> None:
         """``token``: the thread of a job the creator acts for; ``released()`` is called
         after each release (the calls parked behind the lock are handed it)."""
+        self.depth = mutex.depth
         if token is None:
             self.is_mine = mutex.is_mine
             self.release_save = mutex.release_save
@@ -70,13 +73,22 @@ def wait(words: memoryview, seq_word: Any, holder: Holder, timeout: float | None
     whether notified. With ``cancelled``, it is looked at every :data:`SLICE` seconds
     (the creator acting for a job whose call may be withdrawn): once true, the wait
     ends as if timed out. ``entered``: what :func:`enter` returned, called already."""
-    seq, depth = enter(words, holder) if entered is None else entered
     deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+    if entered is None:  # as enter(), in steps an interruption (Ctrl-C) cannot come between:
+        if not holder.is_mine():  # it comes only after a call returns, or in a loop
+            raise NotOwnedError("must acquire() _lock before using wait()")
+        depth = holder.depth()
+        words[WAITERS] += 1  # (undone by the handler below from here on)
+        seq = words[SEQ]
+    else:
+        seq, depth = entered
     try:
+        if entered is None:
+            holder.release_save()
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
-            if cancelled is not None:
-                remaining = SLICE if remaining is None else min(SLICE, remaining)
+            if cancelled is not None:  # (withdrawn already: no sleep, hold the lock again)
+                remaining = 0.0 if cancelled() else SLICE if remaining is None else min(SLICE, remaining)
             if remaining is None or remaining > 0:
                 sync.wait(seq_word, seq, remaining)
             holder.acquire_restore(depth)
@@ -88,7 +100,7 @@ def wait(words: memoryview, seq_word: Any, holder: Holder, timeout: float | None
                 words[WAITERS] -= 1
                 return False
             seq = words[SEQ]
-            depth = holder.release_save()
+            holder.release_save()
     except BaseException:  # interrupted: the lock is held again before the error goes on
         if not holder.is_mine():
             holder.acquire_restore(depth)
@@ -141,8 +153,14 @@ def remote_wait(servant: Any, request: Any, cid: str, timeout: float | None, pid
 
 
 def remote_resume(servant: Any, request: Any, pid: int, tid: int, ticket: int) -> None:
-    """The job's thread was interrupted in a wait: answered once it holds the lock again."""
+    """The job's thread was interrupted in a wait: answered once it holds the lock again.
+    The threads waiting here are woken, so that the withdrawn wait ends at once, not at
+    the end of its slice (the others find no notification and sleep again)."""
     servant.waits.cancel((request.peer, pid, tid, ticket), then=request.reply)
+    for block in list(servant.conditions.values()):  # (which one it waits on is not said)
+        seq_word = cells(block.buffer, block.offset)[1]
+        sync.add(seq_word, 1)  # (a thread about to sleep on the old value does not)
+        sync.wake(seq_word, WAKE_ALL)
 
 
 def remote_notify(servant: Any, request: Any, cid: str, n: int | None, pid: int, tid: int) -> None:

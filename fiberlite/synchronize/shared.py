@@ -159,7 +159,7 @@ def blocking_call(ref: ObjectRef, method: str, *args: Any, undo_grant: bool = Fa
     and not seen yet is given back), so that nothing is granted to nobody."""
     pid, tid, ticket = os.getpid(), get_ident(), next(_tickets)
     try:
-        return ref.call(method, *args, pid, tid, ticket)
+        return ref.wait(method, *args, pid, tid, ticket)  # Ctrl-C interrupts it
     except Exception:
         raise
     except BaseException:

@@ -173,11 +173,17 @@ class Client:
             raise self._lost_error()
         return ctx
 
-    def _receive(self, ctx: pynng.Context, timeout_ms: int = -1) -> Any:
+    def _receive(self, ctx: pynng.Context, timeout_ms: int = -1, interruptible: bool = False,
+                 keep: bool = False, resumed: bool = False) -> Any:
         """The decoded reply on ``ctx`` (the caller has entered); ``TimeoutError`` when
-        none came within ``timeout_ms`` (-1: wait for ever)."""
+        none came within ``timeout_ms`` (-1: wait for ever). ``interruptible``: a signal's
+        handler runs while it waits (:meth:`~fiberlite.wire.nngio.TimedAio.wait`);
+        ``keep``: an interruption of the wait itself leaves the receive under way, which
+        ``resumed`` then waits for again (:meth:`request`)."""
         try:
-            frame, _, _ = ctx.recv_frame(timeout_ms)
+            if not resumed:
+                ctx.begin_recv(timeout_ms)
+            frame, _, _ = ctx.end_recv(interruptible)
         except pynng.Timeout:
             self._guard.discard(ctx)  # a request left unanswered must not be reused
             raise TimeoutError(f"{self.address} did not answer within {timeout_ms} ms") from None
@@ -185,15 +191,44 @@ class Client:
             self._guard.discard(ctx)
             raise self._lost_error() from None
         except BaseException:
-            self._guard.discard(ctx)  # an interrupted call leaves the context mid-request
+            if not (keep and ctx.recv_interrupted()):  # (else the reply is collected later)
+                self._guard.discard(ctx)  # an interrupted call leaves the context mid-request
             raise
         self._heard = True
         self._idle.append(ctx)
         return codec.decode(frame)
 
-    def request(self, message: Any) -> Any:
-        """Send ``message`` and return the decoded reply ``(ok, value)``."""
-        return self._call(codec.encode(message))
+    def request(self, message: Any, interruptible: bool = False,
+                on_interrupt: Callable[[Callable[[], Any]], None] | None = None) -> Any:
+        """Send ``message`` and return the decoded reply ``(ok, value)``.
+
+        ``interruptible`` (a reply that may take long: a wait): Ctrl-C interrupts the wait
+        in the main thread. The request is then abandoned, or, with ``on_interrupt``, that
+        is called with a function that waits for the reply (the servant is to be asked to
+        answer at once first), and the interruption is raised after it."""
+        if on_interrupt is None:
+            return self._call(codec.encode(message), interruptible=interruptible)
+        frame = codec.encode(message)
+        self._enter()
+        try:
+            ctx = self._dispatch(frame)
+            try:
+                return self._receive(ctx, -1, interruptible, keep=True)
+            except Exception:
+                raise
+            except BaseException:
+                if not ctx.recv_interrupted():
+                    raise  # (interrupted elsewhere: the request is abandoned)
+                read: list = []
+                try:
+                    on_interrupt(lambda: read.append(ctx) or self._receive(ctx, resumed=True))
+                except Exception:
+                    pass  # (a lost connection: the servant takes back what it lent)
+                if not read:
+                    self._guard.discard(ctx)
+                raise
+        finally:
+            self._leave()
 
     def _dispatch(self, frame: Any) -> pynng.Context:
         """Send ``frame`` on a free context and return it (the caller has entered)."""
@@ -208,10 +243,10 @@ class Client:
         self._sent = True
         return ctx
 
-    def _call(self, frame: Any, timeout_ms: int = -1) -> Any:
+    def _call(self, frame: Any, timeout_ms: int = -1, interruptible: bool = False) -> Any:
         self._enter()
         try:
-            return self._receive(self._dispatch(frame), timeout_ms)
+            return self._receive(self._dispatch(frame), timeout_ms, interruptible)
         finally:
             self._leave()
 

@@ -12,11 +12,18 @@ the next send on the context (or :meth:`Io.settle`).
 """
 from __future__ import annotations
 
+import threading
+import time
+
 import pynng
 from pynng._nng import ffi, lib
 from pynng.exceptions import check_err
 
 from .codec import ZERO_COPY_MIN, join_message
+
+
+FIRST_PAUSE = 50e-6   # seconds: an interruptible wait's first look after the start
+SIGNAL_SLICE = 0.02  # seconds: its longest pause, how late a signal's handler runs at most
 
 
 def _new_aio():
@@ -73,11 +80,17 @@ class Io(pynng.Context):
         (from another thread) makes it raise ``pynng.Canceled`` unless one has come."""
         lib.nng_ctx_recv(self.context, self._receiving.set_timeout(timeout_ms))
 
-    def end_recv(self):
-        """The message :meth:`begin_recv` waited for, as :meth:`recv_frame` returns it."""
-        msg = self._receiving.wait()
+    def end_recv(self, interruptible: bool = False):
+        """The message :meth:`begin_recv` waited for, as :meth:`recv_frame` returns it
+        (``interruptible``: see :meth:`TimedAio.wait`)."""
+        msg = self._receiving.wait(interruptible)
         pipe = lib.nng_msg_get_pipe(msg)
         return take_frame(msg), pipe.id, pipe
+
+    def recv_interrupted(self) -> bool:
+        """Whether :meth:`end_recv` was interrupted while it waited (Ctrl-C): the receive
+        is under way, and :meth:`end_recv` collects it."""
+        return self._receiving.interrupted
 
     def recv_finished(self) -> bool:
         """Whether the receive :meth:`begin_recv` started has finished (then
@@ -107,11 +120,12 @@ class Io(pynng.Context):
 class TimedAio:
     """A reusable ``nng_aio`` (no callback) that remembers the timeout it is set to."""
 
-    __slots__ = ("aio", "_timeout")
+    __slots__ = ("aio", "_timeout", "interrupted")
 
     def __init__(self) -> None:
         self.aio = _new_aio()
         self._timeout: int | None = None
+        self.interrupted = False  # the last wait was interrupted, its receive under way
 
     def set_timeout(self, timeout_ms: int):
         """The aio, its timeout set to ``timeout_ms`` (-1: none, 0: do not wait)."""
@@ -126,9 +140,25 @@ class TimedAio:
         start(target, self.set_timeout(timeout_ms))
         return self.wait()
 
-    def wait(self):
-        """Wait for the receive under way: the ``nng_msg``, or the nng error raised."""
+    def wait(self, interruptible: bool = False):
+        """Wait for the receive under way: the ``nng_msg``, or the nng error raised.
+
+        ``nng_aio_wait`` sleeps through signals: with ``interruptible``, the main thread
+        (where signal handlers run) looks at the aio at growing intervals instead, up to
+        :data:`SIGNAL_SLICE` apart, so that a handler's exception (Ctrl-C's
+        KeyboardInterrupt) is raised within that time. :attr:`interrupted` then says the
+        receive is still under way: waiting again collects its message."""
         aio = self.aio
+        self.interrupted = False
+        if interruptible and threading.current_thread() is threading.main_thread():
+            pause = FIRST_PAUSE
+            try:
+                while lib.nng_aio_busy(aio):
+                    time.sleep(pause)  # a signal ends the sleep; its handler runs after it
+                    pause = min(pause * 2, SIGNAL_SLICE)
+            except BaseException:
+                self.interrupted = True  # (set before any other exception can come)
+                raise
         lib.nng_aio_wait(aio)
         err = lib.nng_aio_result(aio)
         if err:

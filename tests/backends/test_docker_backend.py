@@ -198,6 +198,22 @@ def test_terminate_kill_and_join_timeout(ctx, waiting_jobs):
     assert "SIGTERM" in repr(a) and not a.is_alive()
 
 
+def test_a_container_job_sees_the_parents_argv_and_log_level(ctx):
+    from fiberlite import util
+    logger = util.get_logger()
+    saved = logger.level
+    q = ctx.Queue()
+    try:
+        logger.setLevel(util.INFO)
+        job = ctx.Process(target=jobs.report_preparation, args=(q,))
+        job.start()
+        assert q.get(timeout=60) == (sys.argv, util.INFO)
+        job.join(60)
+        assert job.exitcode == 0
+    finally:
+        logger.setLevel(saved)
+
+
 def test_queue_producer_consumer(ctx):
     q, out = ctx.Queue(), ctx.Queue()
     producer = ctx.Process(target=jobs.produce, args=(q, 0, 50))

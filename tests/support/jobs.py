@@ -56,6 +56,12 @@ def report_launch_options(q) -> None:
     q.put(fiberlite.current_process().launch_options)
 
 
+def report_preparation(q) -> None:
+    """What a job received of its parent besides the Process: argv and the logger's level."""
+    from fiberlite import util
+    q.put((sys.argv, util.get_logger().getEffectiveLevel()))
+
+
 def produce(q, start: int, count: int) -> None:
     for i in range(start, start + count):
         q.put(i)

@@ -111,6 +111,10 @@ class Channel:
         self.held = False
         return self._put_back(items)
 
+    def release_one(self, item: Any) -> list[Action]:
+        """Put ``item`` (lent, and handed back unread) back at the front."""
+        return self._put_back([item])
+
     def _put_back(self, items: list) -> list[Action]:
         self.items.extendleft(reversed(items))
         actions: list[Action] = []

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import Any, Hashable
+from typing import Any, Callable, Hashable
 
 from ...wire.codec import Payload
 from ..hub import ObjectRef
@@ -65,7 +65,8 @@ def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
                 raise queue.Empty
             if payload is not None:
                 return payload
-        payload = got_through_hub(ref, slot, ref.call("receive", slot, block, wait))
+        payload = got_through_hub(ref, slot, ref.wait("receive", slot, block, wait,
+                                                      on_interrupt=_withdrawn(ref, slot)))
         if payload is not RETRY:
             break
         if deadline is not None:
@@ -89,8 +90,22 @@ def poll(ref: ObjectRef, slot: Hashable, servant: Any, timeout: float | None) ->
             ready = servant.receive_local(slot, timeout, peek=True)
             if ready is not None:
                 return ready
-        ready = ref.call("poll", slot, timeout)
+        ready = ref.wait("poll", slot, timeout, on_interrupt=_withdrawn(ref, slot))
         if ready is not RETRY:
             return ready
         if deadline is not None:
             timeout = max(0.0, deadline - time.monotonic())
+
+
+def _withdrawn(ref: ObjectRef, slot: Hashable) -> Callable[[Callable[[], Any]], None]:
+    """What an interrupted read of ``slot`` through the hub does (Ctrl-C): the servant
+    answers it at once, and an item it was lent meanwhile goes back to the front, so that
+    an interruption neither loses an item nor keeps it from the next read."""
+    def withdraw(reply: Callable[[], Any]) -> None:
+        ref.call("withdraw", slot)
+        ok, value = reply()
+        if ok and type(value) is tuple:  # (ticket, item): lent to this read
+            ref.call("hand_back", slot, value[0])
+        elif ok and isinstance(value, Payload):  # an item of the owner's own read
+            ref.call("hand_back", slot, None, value)
+    return withdraw

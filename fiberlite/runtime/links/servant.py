@@ -221,6 +221,28 @@ class LinkingServant(LockedServant):
                     actions += back.extend(sent) + self._readable(back)
         self.run_actions(actions + [link.close])
 
+    def op_withdraw(self, request, slot: Hashable) -> None:
+        """A read of ``slot`` by the job was interrupted (Ctrl-C): its waiting reads are
+        answered RETRY now (a read of the job's other threads simply asks again)."""
+        with self._lock:
+            channel = self._forward_channel(slot)
+            waiting = channel.take_getters(lambda r: r.peer == request.peer) if channel else []
+        self.run_actions([lambda r=r: r.reply(RETRY) for r in waiting] + [request.reply])
+
+    def op_hand_back(self, request, slot: Hashable, ticket: int | None, item: Any = None) -> None:
+        """The item lent with ``ticket`` (or, in this process, which borrows nothing,
+        ``item``) reached a read that was interrupted: it goes back to the front, for the
+        next read."""
+        with self._lock:
+            channel = self._forward_channel(slot)
+            lent = channel.lent.get(request.peer, {}) if channel else {}
+            if ticket in lent:
+                item = lent.pop(ticket)
+                if not lent:
+                    del channel.lent[request.peer]
+            actions = [] if item is None else channel.release_one(item) + self._readable(channel)
+        self.run_actions(actions + [request.reply])
+
     def op_received(self, request, slot: Hashable, ticket: int) -> None:
         """The receipt of a job for the item lent to it with ``ticket`` (see
         :func:`~.reader.got_through_hub`): the item is the job's now."""

@@ -260,13 +260,15 @@ class Waits:
         result: Any = NOT_YET
         error: Exception | None = None
         try:
-            while not wait.cancelled:
+            while True:  # one attempt at least, even if withdrawn before it began: an
+                # attempt may have to restore what the call gave up first (a condition's lock)
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     result = timed_out
                     break
-                result = attempt(SLICE if remaining is None else min(SLICE, remaining))
-                if result is not NOT_YET:
+                result = attempt(0.0 if wait.cancelled else
+                                 SLICE if remaining is None else min(SLICE, remaining))
+                if result is not NOT_YET or wait.cancelled:
                     break
         except Exception as exc:
             error = exc

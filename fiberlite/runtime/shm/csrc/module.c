@@ -159,6 +159,7 @@ static PyObject *after_fork(PyObject *m, PyObject *unused)
 {
     generation++;
     thread_index = 0;
+    main_thread = PyThread_get_thread_ident(); /* the thread that forked is the child's main */
     Py_RETURN_NONE;
 }
 
@@ -200,6 +201,10 @@ PyMODINIT_FUNC PyInit__sync(void)
     if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
         spin_ns = SPIN_NS;
 #endif
+    if (find_main_thread() < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     PyObject *bases = PyTuple_Pack(2, PyExc_AssertionError, PyExc_RuntimeError);
     if (bases == NULL) {
         Py_DECREF(m);

@@ -27,6 +27,7 @@
 #define UNBOUNDED 0xffffffffu
 #define HELD 24
 #define SPIN_NS 50000L /* how long a wait looks at its word awake before it sleeps */
+#define SIGNAL_SLICE_NS 20000000L /* the main thread looks for signals this often while it sleeps */
 #define DEPTH 16       /* the word of a mutex's holder's depth */
 #define MUTEX_BYTES (4 * (DEPTH + 1))
 enum { S_META, S_VALUE, S_MAX, S_INITIAL, S_SLEEPERS, S_J_VALID, S_J_VALUE, S_J_INDEX,
@@ -39,6 +40,7 @@ extern __thread uint32_t thread_index;
 extern unsigned long generation; /* bumped in a forked child: older objects refuse */
 extern long spin_ns;             /* SPIN_NS, or 0 on one CPU; set when the module is loaded */
 extern unsigned long looks_awake; /* waits of this process that looked awake */
+extern unsigned long main_thread; /* the thread that runs signal handlers (find_main_thread) */
 extern PyTypeObject MutexType, SemaphoreType;
 
 static inline uint32_t my_thread(void)
@@ -71,6 +73,7 @@ typedef struct {
 int futex_wait(uint32_t *addr, uint32_t expected, const struct timespec *deadline);
 void futex_wake(uint32_t *addr, int count);
 int parse_wait(PyObject *block, PyObject *timeout, Wait *w);
+int find_main_thread(void);
 int sleep_on(uint32_t *addr, uint32_t expected, Wait *w);
 int watch_then_sleep_on(uint32_t *addr, uint32_t expected, Wait *w);
 int lock_word(uint32_t *owner, uint32_t token, Wait *w, uint32_t dead);

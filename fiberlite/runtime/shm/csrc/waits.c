@@ -13,6 +13,7 @@ __thread uint32_t thread_index = 0;
 unsigned long generation = 0;
 long spin_ns = 0;
 unsigned long looks_awake = 0;
+unsigned long main_thread = 0;
 
 /* -- futexes ------------------------------------------------------------------------- */
 #ifdef __linux__
@@ -121,19 +122,60 @@ int watch_then_sleep_on(uint32_t *addr, uint32_t expected, Wait *w)
     return changed ? 1 : sleep_on(addr, expected, w);
 }
 
+/* The thread that runs signal handlers: threading.main_thread() (0: not known). */
+int find_main_thread(void)
+{
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *thread = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = thread ? PyObject_GetAttrString(thread, "ident") : NULL;
+    Py_XDECREF(threading);
+    Py_XDECREF(thread);
+    if (ident == NULL)
+        return -1;
+    main_thread = ident == Py_None ? 0 : PyLong_AsUnsignedLong(ident);
+    Py_DECREF(ident);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 /* Sleep while *addr == expected (GIL released): 1 woken (look again), 0 the deadline
- * passed, -1 a signal handler raised. */
+ * passed, -1 a signal handler raised.
+ *
+ * A signal interrupts the sleep only if it comes to this thread while it sleeps. One that
+ * came a moment before (while the wait looked awake, or on its way into the futex), or
+ * to another thread, only sets Python's flag: the main thread, where handlers run, looks
+ * at that flag before it sleeps and at least every SIGNAL_SLICE_NS while it sleeps, so
+ * that Ctrl-C raises KeyboardInterrupt within that time, never at the wait's end. */
 int sleep_on(uint32_t *addr, uint32_t expected, Wait *w)
 {
-    int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = futex_wait(addr, expected, w->limited ? &w->deadline : NULL);
-    Py_END_ALLOW_THREADS
-    if (err == ETIMEDOUT)
-        return 0;
-    if (err == EINTR && PyErr_CheckSignals() < 0)
+    int main = PyThread_get_thread_ident() == main_thread;
+    if (main && PyErr_CheckSignals() < 0)
         return -1;
-    return 1;
+    for (;;) {
+        const struct timespec *until = w->limited ? &w->deadline : NULL;
+        struct timespec slice;
+        if (main) {
+            clock_gettime(CLOCK_MONOTONIC, &slice);
+            slice.tv_nsec += SIGNAL_SLICE_NS;
+            if (slice.tv_nsec >= 1000000000L) {
+                slice.tv_sec += 1;
+                slice.tv_nsec -= 1000000000L;
+            }
+            if (until == NULL || slice.tv_sec < until->tv_sec ||
+                (slice.tv_sec == until->tv_sec && slice.tv_nsec < until->tv_nsec))
+                until = &slice;
+        }
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        err = futex_wait(addr, expected, until);
+        Py_END_ALLOW_THREADS
+        if (err == ETIMEDOUT && until != &slice)
+            return 0;
+        if ((err == EINTR || err == ETIMEDOUT) && PyErr_CheckSignals() < 0)
+            return -1;
+        if (err != ETIMEDOUT)
+            return 1;
+        /* a slice passed, no signal: sleep on (at once back if the word changed) */
+    }
 }
 
 /* -- the lock every primitive is built on -------------------------------------------- */
