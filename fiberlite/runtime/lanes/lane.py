@@ -166,7 +166,7 @@ class Lane:
         except BlockingIOError:
             if timeout is not None and timeout <= 0:
                 return None
-        got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW))
+        got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW), self._readable_now)
         if got is not None:
             return self._decode(got[0], got[1])
         main = threading.get_ident() == _MAIN
@@ -185,6 +185,14 @@ class Lane:
             except BlockingIOError:  # another reader was first
                 continue
             return self._decode(data, ancillary)
+
+    def _readable_now(self) -> bool:
+        """Whether a message (or the end) is there, without waiting (no exception when not)."""
+        poller = self._poll_in
+        if poller is None:
+            poller = self._poll_in = select.poll()
+            poller.register(self.reading, _POLL_IN)
+        return bool(poller.poll(0))
 
     def _wait_readable(self, seconds: float) -> bool:
         poller = self._poll_in

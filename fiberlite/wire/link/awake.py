@@ -3,7 +3,8 @@
 Falling asleep and being woken costs more than a round trip's other work, so a reader
 first tries for up to :data:`SPIN_SECONDS` without sleeping: a reply that comes within
 microseconds is taken awake. A look that finds nothing makes the next ones rarer (1, 2,
-4, ... up to :data:`SPIN_SKIP_MAX` reads sleep at once), so a reader that waits long
+4, ... up to :data:`SPIN_SKIP_MAX` reads sleep at once), and one that found something
+halves that, so a reader that waits long, or competes with others for few messages,
 spends next to nothing on it. None of this on a machine with one CPU for this process,
 where the peer could not run meanwhile.
 """
@@ -26,15 +27,21 @@ class Awake:
     def __init__(self) -> None:
         self._skip = self._misses = 0
 
-    def look(self, attempt: Callable[[], Any]) -> Any:
+    def look(self, attempt: Callable[[], Any], ready: Callable[[], Any] | None = None) -> Any:
         """What ``attempt()`` returned once it did not raise ``BlockingIOError`` (or
-        ``InterruptedError``) within the look; None when nothing came (then sleep)."""
+        ``InterruptedError``) within the look; None when nothing came (then sleep).
+        ``ready()``, when given, is asked first each time: a cheaper look than a failed
+        attempt. A look that found something makes the next ones half as rare as they
+        were, so that readers that compete for a few messages (most looks find nothing)
+        keep looking rarely."""
         if self._skip or not SPIN_SECONDS:
             self._skip = max(0, self._skip - 1)
             return None
         end = _clock() + SPIN_SECONDS
         while True:
             try:
+                if ready is not None and not ready():
+                    raise BlockingIOError
                 got = attempt()
             except (BlockingIOError, InterruptedError):
                 if _clock() < end:
@@ -42,5 +49,5 @@ class Awake:
                 self._misses = min(SPIN_SKIP_MAX, 2 * self._misses or 1)
                 self._skip = self._misses
                 return None
-            self._misses = 0
+            self._misses //= 2
             return got
