@@ -39,8 +39,8 @@ _SIZE = struct.Struct("<Q")
 _FD_SPACE = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
 _RECV_SIZE = INLINE_MAX + 64
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
-_DONTWAIT = socket.MSG_DONTWAIT | _NOSIGNAL
-_CLOEXEC = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+_DONTWAIT = int(socket.MSG_DONTWAIT | _NOSIGNAL)  # plain ints: an enum's | costs about 0.7 us a read
+_CLOEXEC = int(getattr(socket, "MSG_CMSG_CLOEXEC", 0))
 _POLL_IN = select.POLLIN | select.POLLPRI | select.POLLHUP
 _POLL_OUT = select.POLLOUT
 
