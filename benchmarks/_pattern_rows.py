@@ -64,20 +64,24 @@ def take_items(items: Any, stops: int, joinable: bool) -> int:
 
 
 def producer(items: Any, count: int, stops: int, barrier: Any, reports: Any, rounds: int) -> None:
-    """Ready, then each round: at the barrier's release, put; say so."""
+    """Ready, then each round: at the barrier's release, put; say so. Ends at the
+    barrier too."""
     barrier.wait(TIMEOUT)
     for _ in range(rounds):
         barrier.wait(TIMEOUT)
         put_items(items, count, stops)
         reports.put(("put", count))
+    barrier.wait(TIMEOUT)  # ends with the others: its CPU time is read after the last round
 
 
 def consumer(items: Any, stops: int, joinable: bool, barrier: Any, reports: Any, rounds: int) -> None:
-    """Ready, then each round: at the barrier's release, take; say how many."""
+    """Ready, then each round: at the barrier's release, take; say how many. Ends at
+    the barrier too."""
     barrier.wait(TIMEOUT)
     for _ in range(rounds):
         barrier.wait(TIMEOUT)
         reports.put(("taken", take_items(items, stops, joinable)))
+    barrier.wait(TIMEOUT)
 
 
 def middle(library: str, role: str, items: Any, shares_: list[tuple], common: tuple) -> None:
@@ -146,11 +150,28 @@ class Fixture:
         what = self.reports.get(timeout=TIMEOUT)
         if what[0] == "pids":
             self.pids.extend(what[1])
-            return self.report()
+            return ("pids", 0)
         return what
 
     def run(self) -> tuple[float, int]:
         raise NotImplementedError
+
+    def kill_grandchildren(self) -> None:
+        """Kill the grandchildren still there, known by their pid and their parent (one
+        of this fixture's children, so that no other process is hit)."""
+        import psutil
+        ours = {process.pid for process in self.processes}
+        for pid in self.pids:
+            try:
+                if psutil.Process(pid).ppid() in ours:
+                    os.kill(pid, signal.SIGKILL)
+            except (psutil.Error, OSError, TypeError):
+                pass
+
+    def lasting_pids(self) -> list[int] | None:
+        """The pids of the processes that live through every round (None: processes
+        start and end within a round, so their CPU time cannot be read around it)."""
+        return [process.pid for process in self.processes] + self.pids
 
     def close(self, failed: bool = False) -> None:
         """Wait for the processes to end (they end after their rounds); kill them if
@@ -158,11 +179,8 @@ class Fixture:
         deadline = time.monotonic() + (1.0 if failed else TIMEOUT)
         for process in self.processes:
             process.join(max(0.1, deadline - time.monotonic()))
-        for pid in self.pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (OSError, TypeError):
-                pass
+        if failed:
+            self.kill_grandchildren()
         for process in self.processes:
             if process.is_alive():
                 process.terminate()
@@ -193,6 +211,8 @@ class Pattern(Fixture):
             for stop in takes:
                 self.start(consumer, self.items, stop, self.joinable, *common)
         self.barrier.wait(TIMEOUT)  # every process is running
+        while grandchildren and len(self.pids) < len(puts) + len(takes):
+            self.report()  # (each middle says its grandchildren's pids)
 
     def run(self) -> tuple[float, int]:
         self.barrier.wait(TIMEOUT)
@@ -207,17 +227,23 @@ class Pattern(Fixture):
             what, count = self.report()
             if what == "put":
                 puts -= 1
-            else:
+            elif what == "taken":
                 takes, got = takes - 1, got + count
         if self.joinable:
             joined(self.items)
         elapsed = time.perf_counter() - start
         while takes:
             what, count = self.report()
-            takes, got = takes - 1, got + count
+            if what == "taken":
+                takes, got = takes - 1, got + count
         if got != self.total:
             raise RuntimeError(f"{got} items taken of {self.total} put")
         return elapsed, self.total
+
+    def close(self, failed: bool = False) -> None:
+        if not failed:
+            self.barrier.wait(TIMEOUT)  # every process is done
+        super().close(failed)
 
 
 class ComeAndGo(Fixture):
@@ -228,6 +254,9 @@ class ComeAndGo(Fixture):
         super().__init__(library, kind)
         self.counts = shares(items, producers)
         self.barrier = self.ctx.Barrier(2)
+
+    def lasting_pids(self) -> None:
+        return None
 
     def run(self) -> tuple[float, int]:
         elapsed = 0.0
@@ -241,6 +270,7 @@ class ComeAndGo(Fixture):
                 joined(self.items)
             elapsed += time.perf_counter() - start
             self.report()
+            self.barrier.wait(TIMEOUT)
             process.join(TIMEOUT)
             self.processes.remove(process)
             if got != count or process.exitcode != 0:
@@ -261,6 +291,7 @@ class PoolWorkers(Fixture):
             seen.update(self.pool.map(pool_pid, range(workers), chunksize=1))
         if len(seen) < workers:
             raise RuntimeError(f"only {len(seen)} of {workers} pool workers started")
+        self.pids = sorted(seen)
 
     def run(self) -> tuple[float, int]:
         start = time.perf_counter()
@@ -275,6 +306,9 @@ class PoolWorkers(Fixture):
         elapsed = time.perf_counter() - start
         tasks.get(TIMEOUT)
         return elapsed, total
+
+    def lasting_pids(self) -> list[int]:
+        return self.pids  # the workers (killed by terminate())
 
     def close(self, failed: bool = False) -> None:
         if failed:

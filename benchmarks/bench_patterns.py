@@ -19,6 +19,11 @@ the last item was taken (for a ``JoinableQueue``, until ``join()`` returns); eac
 checks that no item was lost. For each row both libraries are set up, then take turns
 for ``--rounds`` rounds (the order turning); a row's figure is its best round.
 
+Beside items/s, the CPU time (user + system, every thread) that the parent and every
+process of the pattern used in a round, per item: on a machine others load, a steadier
+figure than the wall clock (read from each process's CPU-time clock, so Linux only;
+not for the producers that come and go, which end within the round).
+
 Run: ``python benchmarks/bench_patterns.py [--quick] [--items N] [--rounds R]
 [--kinds Queue,...] [--json PATH]``
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -72,14 +78,37 @@ def cases(sizes: tuple[int, ...], pairs: tuple[int, ...], goers: int, workers: i
 
 
 # -- measuring ----------------------------------------------------------------------------------
-def measure(case: Case, kind: str, items: int, rounds: int) -> dict[str, list[float] | str]:
-    """Each library's seconds per item in each round of one row, or its one-line error."""
+Sample = tuple[float, float | None]  # seconds per item, CPU seconds per item (None: unknown)
+
+
+class CpuClock:
+    """CPU seconds used so far by this process and by ``pids``, all their threads (those
+    that ended too), to the nanosecond: each process's CPU-time clock (Linux), which
+    any process may read; ``read()`` is None where it cannot be read."""
+
+    def __init__(self, pids: list[int] | None) -> None:
+        self.clocks = None if pids is None else [os.getpid(), *pids]
+
+    def read(self) -> float | None:
+        if self.clocks is None:
+            return None
+        try:  # the clock of process ``pid`` has the id (~pid << 3) | 2 (CPUCLOCK_SCHED)
+            return sum(time.clock_gettime((~pid << 3) | 2) for pid in self.clocks)
+        except (OSError, AttributeError, OverflowError):
+            return None
+
+
+def measure(case: Case, kind: str, items: int, rounds: int) -> dict[str, list[Sample] | str]:
+    """Each library's seconds and CPU seconds (of every process) per item in each round
+    of one row, or its one-line error."""
     progress(f"{kind}: {case.title} ...")
     fixtures: dict[str, Fixture] = {}
-    cells: dict[str, list[float] | str] = {}
+    clocks: dict[str, CpuClock] = {}
+    cells: dict[str, list[Sample] | str] = {}
     for library in LIBRARIES:
         try:
             fixtures[library] = case.make(library, kind, items, rounds)
+            clocks[library] = CpuClock(fixtures[library].lasting_pids())
             cells[library] = []
         except Exception as exc:
             cells[library] = one_line(exc)
@@ -90,8 +119,11 @@ def measure(case: Case, kind: str, items: int, rounds: int) -> dict[str, list[fl
             if library not in fixtures or library in failed:
                 continue
             try:
+                before = clocks[library].read()
                 seconds, count = fixtures[library].run()
-                cells[library].append(seconds / count)  # type: ignore[union-attr]
+                after = clocks[library].read()
+                cpu = None if before is None or after is None else (after - before) / count
+                cells[library].append((seconds / count, cpu))  # type: ignore[union-attr]
             except Exception as exc:
                 cells[library] = one_line(exc)
                 failed.add(library)
@@ -117,26 +149,35 @@ class PatternsReport(Report):
         super().__init__(*args, **params)
         self.lines: list[list[str]] = []
 
-    def record(self, kind: str, case: Case, cells: dict[str, list[float] | str]) -> None:
+    def record(self, kind: str, case: Case, cells: dict[str, list[Sample] | str]) -> None:
         section = self.section(f"{kind}.{case.key}", f"{kind}: {case.title}", unit="item", reference=MP,
-                               stat="best", note="seconds per item; the table shows items/s, "
-                                                 "and their ratio (this one inverted)")
-        line = [kind, case.title]
+                               stat="best", note="seconds per item; the table shows items/s, and their ratio "
+                                                 "(this one inverted); info: CPU seconds per item of every "
+                                                 "process, the least of the rounds")
+        rates, cpus = [], []
         for library in LIBRARIES:
             cell = cells[library]
             if isinstance(cell, str) or not cell:
                 section.skip(library, cell or "not measured")  # type: ignore[arg-type]
-                line.append(f"fails: {cell}")
-            else:
-                section.add(library, Stats(cell), items_per_second=1 / min(cell))
-                line.append(rate(min(cell)))
+                rates.append(f"fails: {cell}")
+                cpus.append(None)
+                continue
+            wall = min(seconds for seconds, _ in cell)
+            cpu = None if None in (c for _, c in cell) else min(c for _, c in cell)  # type: ignore[type-var]
+            section.add(library, Stats([seconds for seconds, _ in cell]), items_per_second=1 / wall,
+                        cpu_seconds_per_item=cpu)
+            rates.append(rate(wall))
+            cpus.append(cpu)
         mp, fl = cells[MP], cells[FIBERLITE]
         ok = not isinstance(mp, str) and not isinstance(fl, str) and mp and fl
-        line.append(f"{min(mp) / min(fl):.2f}x" if ok else "-")  # type: ignore[arg-type]
-        self.lines.append(line)
+        ratio = f"{min(mp)[0] / min(fl)[0]:.2f}x" if ok else "-"  # type: ignore[index]
+        cpu_cells = [f"{c * 1e6:.1f}" if c is not None else "-" for c in cpus]
+        cpu_ratio = f"{cpus[0] / cpus[1]:.2f}x" if None not in cpus and cpus[1] else "-"  # type: ignore[operator]
+        self.lines.append([kind, case.title, *rates, ratio, *cpu_cells, cpu_ratio])
 
     def table(self) -> str:
-        rows = [["queue", "pattern", f"{MP} items/s", f"{FIBERLITE} items/s", "ratio"], *self.lines]
+        rows = [["queue", "pattern", f"{MP} items/s", f"{FIBERLITE} items/s", "ratio",
+                 f"{MP} CPU us/item", f"{FIBERLITE} CPU us/item", "CPU ratio"], *self.lines]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         out = ["One queue on one machine: items/s with each library, in one run"]
         for i, row in enumerate(rows):
@@ -145,8 +186,11 @@ class PatternsReport(Report):
             if i == 0:
                 out.append("  " + "-+-".join("-" * w for w in widths))
         out.append(f"  note: {self.params['items']} small items (ints) a round; best of {self.params['rounds']} "
-                   "rounds per row and library, the libraries taking turns; ratio = fiberlite / stdlib "
-                   "of items/s (higher is better)")
+                   "rounds per row and library, the libraries taking turns; ratio = fiberlite / stdlib of "
+                   "items/s (higher is better). CPU: user + system seconds of the parent (all its threads) "
+                   "and of every process of the pattern during a round, per item, the least of the rounds "
+                   "(less depends on the machine's load); CPU ratio = stdlib / fiberlite (higher is better); "
+                   "'-' where processes come and go within the round")
         return "\n".join(out)
 
 
