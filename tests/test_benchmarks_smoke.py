@@ -40,6 +40,9 @@ EXPECTED = {
                        "workers' CPU per task", "unique memory (USS) per worker", "master RSS",
                        "master CPU per task with simulated workers", "idle connections",
                        "peer_timeout 10 s (default)"],
+    "bench_patterns.py": ["mp spawn items/s", "fiberlite items/s", "2 producers -> parent",
+                          "parent -> 2 consumers", "2 -> 2, all children", "one after another",
+                          "2 -> 2, all grandchildren", "Pool(2) workers", "SimpleQueue", "JoinableQueue"],
     "bench_primitives.py": ["mp spawn", "FIBERLITE_SHARE_MACHINE=0", "target",
                             "Value += 1 under its lock, 2 children", "Lock acquire+release, creating process",
                             "RLock acquire+release, creating process", "Value.value read, creating process",
@@ -92,7 +95,7 @@ def test_benchmark_runs_quick(script, tmp_path):
     assert measured and all(r.get("seconds", r.get("bytes")) > 0 for r in measured)
     # every section has its reference row measured, so every ratio is known
     assert all(r["ratio"] is not None for r in measured), f"{done.stdout}\n{done.stderr[-6000:]}"
-    if script == "bench_primitives.py":  # every side measured every row: none failed or hung
+    if script in ("bench_primitives.py", "bench_patterns.py"):  # every row measured: none failed or hung
         skipped = [r for r in document["results"] if r.get("skipped")]
         failed = "\n".join(f"{r['section']}: {r['name']}: {r['skipped']}" for r in skipped)
         assert not skipped, failed + f"\n{done.stdout}\n{done.stderr[-12000:]}"
