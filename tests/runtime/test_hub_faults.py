@@ -181,6 +181,7 @@ def test_pipe_end_readers_through_the_hub_killed_at_random_lose_only_what_they_h
             assert not reader_end.poll(0)
 
 
+@pytest.mark.usefixtures("without_lanes")  # (receipts are the hub path's)
 def test_a_receipt_goes_with_the_next_request_or_on_its_own_soon_after():
     q, out = fiberlite.Queue(), fiberlite.Queue()
     q.put("first")
