@@ -8,9 +8,11 @@ accepted and all mean the same here: a fresh job that receives the pickled targe
 """
 from __future__ import annotations
 
+import importlib
 import multiprocessing.context
 import os
 import sys
+import threading
 from typing import Any
 
 from . import config, errors, process
@@ -22,6 +24,17 @@ START_METHODS = ("spawn", "fork", "forkserver")
 
 STDLIB_EXECUTOR_MODULE = "concurrent.futures.process"
 
+
+
+_late_lock = threading.RLock()
+
+
+def _late(module: str, name: str) -> Any:
+    """``name`` of fiberlite's ``module``, imported on first use: one thread at a time
+    imports the API's modules (two threads importing ``synchronize`` for the first time
+    at once would find each other's half-made modules)."""
+    with _late_lock:
+        return getattr(importlib.import_module(module, __package__), name)
 
 class BaseContext(multiprocessing.context.BaseContext):
     """The factories of ``multiprocessing``, starting jobs on ``backend``.
@@ -122,93 +135,93 @@ class BaseContext(multiprocessing.context.BaseContext):
     # -- communication ----------------------------------------------------------------------
     def Pipe(self, duplex: bool = True):
         self._serve()
-        from .connection.pipe import Pipe
+        Pipe = _late(".connection.pipe", "Pipe")
         return Pipe(duplex)
 
     def Queue(self, maxsize: int = 0):
         self._serve()
-        from .queues import Queue
+        Queue = _late(".queues", "Queue")
         return Queue(maxsize, ctx=self)
 
     def JoinableQueue(self, maxsize: int = 0):
         self._serve()
-        from .queues import JoinableQueue
+        JoinableQueue = _late(".queues", "JoinableQueue")
         return JoinableQueue(maxsize, ctx=self)
 
     def SimpleQueue(self):
         self._serve()
-        from .queues import SimpleQueue
+        SimpleQueue = _late(".queues", "SimpleQueue")
         return SimpleQueue(ctx=self)
 
     # -- synchronization and shared memory ------------------------------------------------------
     def Lock(self):
         self._serve()
-        from .synchronize import Lock
+        Lock = _late(".synchronize", "Lock")
         return Lock(ctx=self)
 
     def RLock(self):
         self._serve()
-        from .synchronize import RLock
+        RLock = _late(".synchronize", "RLock")
         return RLock(ctx=self)
 
     def Condition(self, lock: Any = None):
         self._serve()
-        from .synchronize import Condition
+        Condition = _late(".synchronize", "Condition")
         return Condition(lock, ctx=self)
 
     def Semaphore(self, value: int = 1):
         self._serve()
-        from .synchronize import Semaphore
+        Semaphore = _late(".synchronize", "Semaphore")
         return Semaphore(value, ctx=self)
 
     def BoundedSemaphore(self, value: int = 1):
         self._serve()
-        from .synchronize import BoundedSemaphore
+        BoundedSemaphore = _late(".synchronize", "BoundedSemaphore")
         return BoundedSemaphore(value, ctx=self)
 
     def Event(self):
         self._serve()
-        from .synchronize import Event
+        Event = _late(".synchronize", "Event")
         return Event(ctx=self)
 
     def Barrier(self, parties: int, action: Any = None, timeout: float | None = None):
         self._serve()
-        from .synchronize import Barrier
+        Barrier = _late(".synchronize", "Barrier")
         return Barrier(parties, action, timeout, ctx=self)
 
     def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True):
         self._serve()
-        from .sharedctypes import Value
+        Value = _late(".sharedctypes", "Value")
         return Value(typecode_or_type, *args, lock=lock, ctx=self)
 
     def Array(self, typecode_or_type: Any, size_or_initializer: Any, *, lock: Any = True):
         self._serve()
-        from .sharedctypes import Array
+        Array = _late(".sharedctypes", "Array")
         return Array(typecode_or_type, size_or_initializer, lock=lock, ctx=self)
 
     def RawValue(self, typecode_or_type: Any, *args: Any):
-        from .sharedctypes import RawValue
+        RawValue = _late(".sharedctypes", "RawValue")
         return RawValue(typecode_or_type, *args)
 
     def RawArray(self, typecode_or_type: Any, size_or_initializer: Any):
-        from .sharedctypes import RawArray
+        RawArray = _late(".sharedctypes", "RawArray")
         return RawArray(typecode_or_type, size_or_initializer)
 
     # -- jobs in numbers --------------------------------------------------------------------
     def Pool(self, processes: int | None = None, initializer: Any = None, initargs: tuple = (),
              maxtasksperchild: int | None = None):
-        from .pool.master.pool import Pool
+        Pool = _late(".pool.master.pool", "Pool")
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self)
 
     def Manager(self, address: Any = None, authkey: bytes | None = None):
-        from .managers.manager import SyncManager
+        SyncManager = _late(".managers.manager", "SyncManager")
         manager = SyncManager(address, authkey, ctx=self)
         manager.start()
         return manager
 
     def Ring(self, processes: int, target: Any, args: tuple = (), kwargs: dict | None = None,
              initializer: Any = None, **options: Any):
-        from .ring.parent import Ring
+        Ring = _late(".ring.parent", "Ring")
         return Ring(processes, target, args, kwargs, initializer, context=self, **options)
 
 

@@ -37,6 +37,7 @@ VICTIM = textwrap.dedent("""
     import sys
     import fiberlite
     from fiberlite.runtime.hub import get_hub
+    from fiberlite.wire.pickling import dumps_bytes
 
     def square(x):
         return x * x
@@ -47,10 +48,11 @@ VICTIM = textwrap.dedent("""
     if __name__ == "__main__":
         with fiberlite.Pool(2) as pool:
             assert pool.map(square, range(100)) == [x * x for x in range(100)]
+            q = fiberlite.Queue()  # (its lane and shared memory, and the door that hands
+            dumps_bytes(q)         # them to this machine's jobs, are there before the attack)
             print(get_hub().address, flush=True)
             sys.stdin.readline()                       # the attack is under way
             results = pool.map(square, range(20000), chunksize=50)
-            q = fiberlite.Queue()
             job = fiberlite.Process(target=answer, args=(q,))
             job.start()                                # a job connecting during the flood
             got = q.get(timeout=60)
