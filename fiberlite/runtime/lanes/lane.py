@@ -62,6 +62,9 @@ def new_pair() -> tuple[socket.socket, socket.socket]:
     writing, reading = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     writing.shutdown(socket.SHUT_RD)  # nothing is ever sent the other way
     _make_room(writing)
+    # (the socket's own: every process that holds it reads with it)
+    reading.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                       struct.pack("ll", 0, int(SIGNAL_SLICE * 1_000_000)))
     return writing, reading
 
 
@@ -169,20 +172,21 @@ class Lane:
         got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW), self._readable_now)
         if got is not None:
             return self._decode(got[0], got[1])
-        main = threading.get_ident() == _MAIN
-        if timeout is None and not main:
-            data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _CLOEXEC)
-            return self._decode(data, ancillary)
+        # a blocking read: the kernel wakes one waiting reader per message (a poll would
+        # wake them all); it returns every SIGNAL_SLICE (the socket's receive timeout),
+        # so that a Ctrl-C meant for this thread is raised within a slice
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
-            left = SIGNAL_SLICE if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if not self._wait_readable(min(left, SIGNAL_SLICE) if main else left):
-                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left < SIGNAL_SLICE:  # the last moments: poll
+                if left <= 0 or not self._wait_readable(left):
+                    return None
+                flags = _RECV_NOW
+            else:
+                flags = _CLOEXEC
             try:
-                data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
-            except BlockingIOError:  # another reader was first
+                data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, flags)
+            except BlockingIOError:  # a slice passed, or another reader was first
                 continue
             return self._decode(data, ancillary)
 
