@@ -129,19 +129,34 @@ def pid_after(d: float) -> int:
     return os.getpid()
 
 
+WARM_ROUND = 60.0  # seconds one round of warming a pool may take
+
+
 class Runner:
     """``map(func, items, chunksize)`` on one kind of pool, ``warm()`` and ``close()``."""
 
-    def __init__(self, name: str, map_fn: Callable, close: Callable[[], None], workers: int) -> None:
+    def __init__(self, name: str, map_fn: Callable, close: Callable[[], None], workers: int,
+                 map_async: Callable | None = None) -> None:
         self.name, self.map, self.close, self.workers = name, map_fn, close, workers
+        self.map_async = map_async
 
     def warm(self, task: Callable[[float], int] = pid_after, timeout: float = 300.0) -> set[int]:
         """Until every worker has run ``task`` (pool start stays out of the timings), for
-        ``timeout`` seconds at most; the pids ``task`` returned, one a worker."""
+        ``timeout`` seconds at most; the pids ``task`` returned, one a worker.
+        ``TimeoutError`` when one round gets no answer in time (a ``multiprocessing``
+        pool whose worker died with a task waits for it for ever)."""
         seen: set[int] = set()
         deadline = time.monotonic() + timeout
         while len(seen) < self.workers and time.monotonic() < deadline:
-            seen.update(self.map(task, [0.05] * self.workers, 1))
+            if self.map_async is None:
+                seen.update(self.map(task, [0.05] * self.workers, 1))
+                continue
+            left = max(1.0, deadline - time.monotonic())
+            try:
+                seen.update(self.map_async(task, [0.05] * self.workers, 1).get(min(left, WARM_ROUND)))
+            except multiprocessing.TimeoutError as exc:
+                raise TimeoutError(f"{self.name}: no answer to a warming round within "
+                                   f"{min(left, WARM_ROUND):g} s") from exc
         if len(seen) < self.workers:
             progress(f"  warning: {self.name}: only {len(seen)} of {self.workers} workers answered")
         return seen
@@ -155,7 +170,7 @@ def pool_runner(name: str, pool: Any, workers: int) -> Runner:
     def close():
         pool.terminate()
         pool.join()
-    return Runner(name, map_fn, close, workers)
+    return Runner(name, map_fn, close, workers, pool.map_async)
 
 
 def mp_runner(workers: int) -> Runner:

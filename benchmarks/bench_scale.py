@@ -100,7 +100,13 @@ def warmed(make: Callable[[int], Runner], workers: int) -> Iterator[tuple[Runner
     joined however the block ends."""
     runner = make(workers)
     try:
-        pids = runner.warm(timeout=WARM_TIMEOUT)
+        try:
+            pids = runner.warm(timeout=WARM_TIMEOUT)
+        except TimeoutError:  # a worker died with its task (the stdlib's pool then waits for
+            progress(f"  {runner.name}: a warming round got no answer; a new pool")  # ever)
+            runner.close()
+            runner = make(workers)
+            pids = runner.warm(timeout=WARM_TIMEOUT)
         if len(pids) < workers:
             raise RuntimeError(f"only {len(pids)} of {workers} workers ran a task "
                                f"within {WARM_TIMEOUT:g} s")
