@@ -86,6 +86,23 @@ def pytest_collection_finish(session):
            for item in session.items):
         import portable_leg
         portable_leg.start()
+    _start_docker_setup(session)
+
+
+def _start_docker_setup(session) -> None:
+    """When container tests are selected, build the image in the background from now on;
+    the first of them may wait for that build, and gets the build's time on top of its own
+    timeout (a fresh machine installs the engine too)."""
+    first = next((item for item in session.items
+                  if item.get_closest_marker("docker") or item.get_closest_marker("kubernetes")),
+                 None)
+    if first is None:
+        return
+    import docker_env
+    docker_env.start_setup()
+    own = first.get_closest_marker("timeout")
+    seconds = own.args[0] if own and own.args else float(session.config.getini("timeout") or 0)
+    first.add_marker(pytest.mark.timeout(seconds + docker_env.TIMEOUT))
 
 
 def pytest_sessionfinish(session):

@@ -2,9 +2,9 @@
 subset runs on each other one (3.10, 3.12, 3.13), from here, in a virtualenv of its own.
 
 The subset is what differs between versions: how a script exits (the exit shapes, whose
-stderr must stay empty: Python 3.12.0 and 3.12.1 refuse threads at exit), CPython's own
-multiprocessing tests (each Python runs its own version of them), and Pool, Queue, Pipe
-and Manager. The three start side by side as soon as the suite is collected and run
+stderr must stay empty: Python 3.12.0 and 3.12.1 refuse threads at exit) and CPython's own
+multiprocessing tests (each Python runs its own version of them); the newest version also
+runs fiberlite's own tests of Process, Pool, Queue, Pipe and Manager. The three start side by side as soon as the suite is collected and run
 while the rest of it does (:mod:`python_versions`); these tests collect their results.
 A version that is not installed is skipped, loudly: pyenv puts them in
 ``$(pyenv root)/versions``.

@@ -114,10 +114,13 @@ def daemon_process():
 
 
 def process_unjoined():
-    """A non-daemon child that ends by itself: the exit waits for it (as multiprocessing)."""
+    """A non-daemon child that ends by itself: the exit waits for it (as multiprocessing).
+    Its first item is taken before ``ready``, so that the time measured is the exit's, not
+    the child's start."""
     queue = mp.Queue()
     process = mp.Process(target=put_items, args=(queue, 3))
     process.start()
+    assert queue.get(timeout=60) == 0
     return [process, queue]
 
 
