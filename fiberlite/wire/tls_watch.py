@@ -18,7 +18,6 @@ import time
 import weakref
 from typing import Callable
 
-import psutil
 import pynng
 
 from .gate import shut_down
@@ -122,6 +121,7 @@ class _Watch:
 
     @staticmethod
     def _look(watched: list[_Watched]) -> None:
+        import psutil   # here: a TLS listener's process only (its import costs a job's start)
         by_port: dict[int, dict[Address, int]] = {w.port: {} for w in watched}
         for conn in psutil.Process().net_connections(kind="tcp"):
             if (conn.status == psutil.CONN_ESTABLISHED and conn.raddr and conn.fd >= 0

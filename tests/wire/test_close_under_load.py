@@ -76,6 +76,11 @@ class Stats:
         self.worst = max(self.worst, took)
 
 
+# threads of the whole process, started by the first link that needs them and kept for
+# the next ones (the liveness probes of every link)
+PROCESS_WIDE = {"fiberlite-liveness"}
+
+
 def python_threads_since(before: set) -> list[threading.Thread]:
     """Threads started since `before`, leaving out nng's own threads.
 
@@ -85,7 +90,7 @@ def python_threads_since(before: set) -> list[threading.Thread]:
     it is nng's thread, not one the code under test started.
     """
     return [t for t in set(threading.enumerate()) - before
-            if not isinstance(t, threading._DummyThread)]
+            if not isinstance(t, threading._DummyThread) and t.name not in PROCESS_WIDE]
 
 
 @pytest.fixture
