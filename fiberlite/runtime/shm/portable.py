@@ -275,7 +275,7 @@ class Mutex:
     """
 
     __slots__ = ("_words", "_semaphore", "_own", "_key", "_base", "_recursive", "_address",
-                 "acquire", "release")
+                 "acquire", "release", "leave")
 
     def __init__(self, buffer: Any, offset: int, slot: int, recursive: bool = False) -> None:
         _check_slot(slot)
@@ -288,6 +288,7 @@ class Mutex:
         self._recursive = recursive
         self.acquire = _acquirer(own, self._words, self._base)
         self.release = _releaser(own) if recursive else own.release  # (a Lock's: the C method)
+        self.leave = own.release  # give back a hold the calling thread took (a with block's)
 
     def __del__(self) -> None:
         try:
