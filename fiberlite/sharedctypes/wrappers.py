@@ -28,6 +28,7 @@ class SynchronizedBase:
         self._lock = lock
         self.acquire = lock.acquire
         self.release = lock.release
+        self._leave = getattr(lock, "_leave", lock.release)  # gives back what an access took
         # the object is reached through its creator, which holds this lock for the caller
         self._in_one = guarded and isinstance(obj, RawProxy) and isinstance(lock, _LockBase)
         self._guarded = guarded
@@ -55,7 +56,7 @@ class SynchronizedBase:
         try:
             return OPS[op](self._obj, *args)
         finally:
-            self.release()
+            self._leave()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} wrapper for {self._obj!r}>"
@@ -72,7 +73,7 @@ class Synchronized(SynchronizedBase):
         try:
             return self._obj.value
         finally:
-            self.release()
+            self._leave()
 
     @value.setter
     def value(self, value: Any) -> None:
@@ -82,7 +83,7 @@ class Synchronized(SynchronizedBase):
         try:
             self._obj.value = value
         finally:
-            self.release()
+            self._leave()
 
 
 

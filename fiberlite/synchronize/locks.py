@@ -107,12 +107,14 @@ class _LockBase(SharedPrimitive):
         self._mutex = mutex = sync.Mutex(buffer, offset, slot, self._recursive)
         self.acquire = mutex.acquire  # C methods, as multiprocessing binds its SemLock's
         self.release = mutex.release
+        self._leave = getattr(mutex, "leave", mutex.release)  # (the portable path's: see __exit__)
 
     def _bind_remote(self) -> None:
         super()._bind_remote()
         self._mutex = None
         self.acquire = self._acquire_remote
         self.release = self._release_remote
+        self._leave = self._release_remote
 
     def _acquire_remote(self, block: bool = True, timeout: float | None = None) -> bool:
         """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
@@ -126,7 +128,9 @@ class _LockBase(SharedPrimitive):
         return self.acquire()
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        # the hold __enter__ took: on the portable path, an RLock's release without the
+        # conversion of its error (a plain AssertionError, as multiprocessing raises)
+        self._leave()
 
     def _state(self) -> tuple[bool, int, int, int]:
         """``(mine, owner, my token, depth)``."""

@@ -16,40 +16,46 @@ semaphores (``setup_*``) and removes their names when its memory is freed
 (:func:`teardown`) or when it exits; if it is killed, the standard library's resource
 tracker removes them.
 
-    Mutex      word 0: the holder's token (slot << 12 | thread index); word 1: its depth;
-               a semaphore of one unit is the lock itself
+    Mutex      word 0: the token of the process that took it last (slot << 12; the
+               creator acting for a thread of another process writes that thread's
+               token, slot << 12 | its index, and clears it as it gives back); word 1:
+               the depth of such a thread's hold; a semaphore of one unit is the lock
     Semaphore  see :mod:`.portable_semaphore`
     a word     that is waited on (an event's flag, a condition's sequence): see
                :mod:`.portable_words`
 
 What the C extension does and this cannot: a lock's semaphore does not say who took
-it, and taking it and writing the token are two steps. A lock left taken with no token
-(its holder was killed between the two) is recognised by staying so for
-:data:`UNCLAIMED` seconds (:func:`_taken_by`); a word's bookkeeping left half done by a
-killed process is not repaired (docs/multiprocessing.md says what that means).
+it, and taking it and writing the token are two steps. A process's threads take a
+lock with the C call of the standard library and one write of the token, and give it
+back with the C call alone (which thread holds it, and how many times, the process's
+SemLock of the lock knows), as cheap as it gets from Python; so a taken lock whose
+word names a dead process may have been given back by it and taken by another that
+has not written its token yet, and one that names nobody by one that died before it
+did. Either is taken for the dead one's once it stayed so for :data:`UNCLAIMED`
+seconds (:func:`_held_by`). A word's bookkeeping left half done by a killed process is
+not repaired (docs/multiprocessing.md says what that means).
 """
 from __future__ import annotations
 
 import _multiprocessing
 import base64
 import hashlib
-import itertools
 import os
 import threading
 import time
 from _multiprocessing import SemLock
 from ctypes import addressof, c_uint32
-from threading import get_ident
 from typing import Any
 
 from .. import exit_order
 
-SEMAPHORE_KIND = 1  # multiprocessing.synchronize.SEMAPHORE
+RECURSIVE_KIND, SEMAPHORE_KIND = 0, 1  # multiprocessing.synchronize.RECURSIVE_MUTEX, SEMAPHORE
 VALUE_MAX = SemLock.SEM_VALUE_MAX
 THREAD_BITS = 12
+THREAD_MASK = (1 << THREAD_BITS) - 1
 TOKEN_MASK = 0x7FFFFFFF
 MAX_SLOT = TOKEN_MASK >> THREAD_BITS
-UNCLAIMED = 1.0  # seconds a lock stays taken with no holder before a dead process is taken for it
+UNCLAIMED = 1.0  # seconds a lock stays taken naming a dead process (or nobody) before it is its
 MUTEX_BYTES = 8
 HEADER_BYTES = 24  # the segment header the names are made from (arena.HEADER)
 
@@ -87,10 +93,10 @@ def _create(buffer: Any, offset: int, role: bytes, value: int, maxvalue: int) ->
         _created.setdefault((bytes(buffer[:HEADER_BYTES]), offset), []).append(name)
 
 
-def _open(buffer: Any, offset: int, role: bytes, maxvalue: int) -> SemLock:
+def _open(buffer: Any, offset: int, role: bytes, maxvalue: int, kind: int = SEMAPHORE_KIND) -> SemLock:
     name = _name(buffer, offset, role)
     try:
-        return SemLock._rebuild(0, SEMAPHORE_KIND, maxvalue, name)
+        return SemLock._rebuild(0, kind, maxvalue, name)
     except FileNotFoundError:
         raise RuntimeError(f"the semaphore of the shared word at offset {offset} is gone "
                            "(its creator freed it or exited)") from None
@@ -138,25 +144,47 @@ def _remove_all() -> None:
 exit_order.at_exit("backends", _remove_all)  # as this process leaves (a job too, by os._exit)
 
 
-# -- threads ----------------------------------------------------------------------------------
-_indexes: dict[int, int] = {}
-_numbers = itertools.count()  # (next() on it is atomic: no two threads get one number)
+# -- the semaphores a process's handles share -------------------------------------------------
+# The standard library's SemLock keeps, per object, how many times this process took it
+# and which thread took it last (what its RLock and `_is_mine` go by): every handle of
+# this process on one lock uses one such object, so that these say what the process did.
+_shared: dict[tuple[str, int], list] = {}  # (name, kind) -> [SemLock, handles using it]
 
 
-def _thread() -> int:
-    """This thread's index (1 .. 4095) in the tokens of this process."""
-    index = _indexes.get(get_ident())
-    if index is None:
-        index = _indexes[get_ident()] = next(_numbers) % ((1 << THREAD_BITS) - 1) + 1
-    return index
+def _share(buffer: Any, offset: int, role: bytes, kind: int) -> tuple[str, int]:
+    """Count a handle among the users of this process's SemLock of ``kind`` on the
+    semaphore ``role`` of the word at ``offset``; its key (for :func:`_shared_semlock`
+    and :func:`_unshare`)."""
+    key = (_name(buffer, offset, role), kind)
+    with _created_lock:
+        entry = _shared.get(key)
+        if entry is None:
+            entry = _shared[key] = [_open(buffer, offset, role, 1, kind), 0]
+        entry[1] += 1
+    return key
+
+
+def _shared_semlock(key: tuple[str, int]) -> SemLock:
+    return _shared[key][0]
+
+
+def _unshare(key: tuple[str, int]) -> None:
+    """A handle counted by :func:`_share` is gone (the last one closes the SemLock)."""
+    with _created_lock:
+        entry = _shared.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _shared[key]
 
 
 def after_fork() -> None:
-    """In a forked child: its threads are numbered anew, and the names its parent made
+    """In a forked child: no thread of it holds a lock yet, and the names its parent made
     are the parent's to remove, not this process's at its exit."""
-    _indexes.clear()
     with _created_lock:
         _created.clear()
+        for semlock, _ in _shared.values():
+            semlock._after_fork()
 
 
 def _check_slot(slot: int) -> None:
@@ -207,64 +235,79 @@ def setup_mutex(buffer: Any, offset: int) -> None:
     _create(buffer, offset, b"m", 1, 1)
 
 
-class Mutex:
-    """Mutex(buffer, offset, slot, recursive=False): a lock in shared memory."""
+def _acquirer(semlock: SemLock, words: memoryview, base: int) -> Any:
+    """The ``acquire`` of a handle: the SemLock's, then this process's token in word 0."""
+    take = semlock.acquire
 
-    __slots__ = ("_words", "_semaphore", "_base", "_recursive", "_address", "acquire", "release")
+    def acquire(block: bool = True, timeout: float | None = None) -> bool:
+        """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
+        if take(False) or (block and _contended(semlock, timeout)):
+            words[0] = base
+            return True
+        return False
+    return acquire
+
+
+def _releaser(semlock: SemLock) -> Any:
+    """The ``release`` of a handle on an RLock: the SemLock's, with the error of the seam."""
+    give = semlock.release
+
+    def release() -> None:
+        """Release the lock once (NotOwnedError if the calling thread does not hold it)."""
+        try:
+            give()
+        except AssertionError:
+            raise NotOwnedError("attempt to release recursive lock not owned by thread") from None
+    return release
+
+
+class Mutex:
+    """Mutex(buffer, offset, slot, recursive=False): a lock in shared memory.
+
+    A thread of this process takes and gives back the lock through this process's
+    SemLock of the lock (a recursive one for an RLock), which knows which thread holds
+    it and how many times; taking it writes the process's token (``slot <<
+    THREAD_BITS``) into word 0, and giving it back leaves the token there. Word 0 names
+    the holder while the semaphore is taken, and the last one after (:meth:`owner`).
+    The creator acting for other processes (``*_as``, ``release_save(token)``) takes and
+    gives back with their tokens, the thread's index in the low bits, and its depth in
+    word 1, and clears them as it gives back.
+    """
+
+    __slots__ = ("_words", "_semaphore", "_own", "_key", "_base", "_recursive", "_address",
+                 "acquire", "release", "leave")
 
     def __init__(self, buffer: Any, offset: int, slot: int, recursive: bool = False) -> None:
         _check_slot(slot)
         self._words = memoryview(buffer)[offset:offset + MUTEX_BYTES].cast("I")
         self._address = addressof(c_uint32.from_buffer(buffer, offset))
-        self._semaphore = _open(buffer, offset, b"m", 1)
+        self._semaphore = _open(buffer, offset, b"m", 1)  # for other processes' tokens
+        self._key = _share(buffer, offset, b"m", RECURSIVE_KIND if recursive else SEMAPHORE_KIND)
+        self._own = own = _shared_semlock(self._key)  # for this process's threads
         self._base = slot << THREAD_BITS
         self._recursive = recursive
-        self.acquire = self._acquire_recursive if recursive else self._acquire_lock
-        self.release = self._release_recursive if recursive else self._release_lock
+        self.acquire = _acquirer(own, self._words, self._base)
+        self.release = _releaser(own) if recursive else own.release  # (a Lock's: the C method)
+        self.leave = own.release  # give back a hold the calling thread took (a with block's)
 
-    # the four methods a handle binds: the calling thread's token looked up in place (a
-    # call less), and a plain Lock's depth left alone (it is 1 while held)
-    def _acquire_lock(self, block: bool = True, timeout: float | None = None) -> bool:
-        semaphore = self._semaphore
-        if semaphore.acquire(False) or (block and _contended(semaphore, timeout)):
-            self._words[0] = self._base | (_indexes.get(get_ident()) or _thread())
-            return True
-        return False
+    def __del__(self) -> None:
+        try:
+            _unshare(self._key)
+        except Exception:  # never counted (its __init__ failed), or the interpreter exits
+            pass
 
-    def _release_lock(self) -> None:
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    # -- for the token of another process's thread -------------------------------------------
+    def acquire_as(self, token: int, block: bool = True, timeout: float | None = None) -> bool:
+        """Acquire for the holder named by ``token``."""
+        token &= TOKEN_MASK
         words = self._words
-        if not words[0]:
-            raise ValueError("semaphore or lock released too many times")
-        words[0] = 0
-        self._semaphore.release()
-
-    def _acquire_recursive(self, block: bool = True, timeout: float | None = None) -> bool:
-        token = self._base | (_indexes.get(get_ident()) or _thread())
-        words = self._words
-        if words[0] == token:
-            words[1] += 1
-            return True
-        semaphore = self._semaphore
-        if semaphore.acquire(False) or (block and _contended(semaphore, timeout)):
-            words[0] = token
-            words[1] = 1
-            return True
-        return False
-
-    def _release_recursive(self) -> None:
-        words = self._words
-        if words[0] != self._base | (_indexes.get(get_ident()) or _thread()):
-            raise NotOwnedError("attempt to release recursive lock not owned by thread")
-        if words[1] > 1:
-            words[1] -= 1
-            return
-        words[1] = 0
-        words[0] = 0
-        self._semaphore.release()
-
-    def _acquire_token(self, token: int, block: bool = True, timeout: float | None = None) -> bool:
-        words = self._words
-        if self._recursive and words[0] == token:
+        if self._recursive and words[0] == token and self.owner():
             words[1] += 1
             return True
         if self._semaphore.acquire(block, timeout):
@@ -273,38 +316,35 @@ class Mutex:
             return True
         return False
 
-    def _release_token(self, token: int) -> None:
+    def release_as(self, token: int) -> None:
+        token &= TOKEN_MASK
         words = self._words
         if self._recursive:
-            if words[0] != token:
+            if self.owner() != token:
                 raise NotOwnedError("attempt to release recursive lock not owned by thread")
             if words[1] > 1:
                 words[1] -= 1
                 return
-        elif not words[0]:
+        elif not self.owner():
             raise ValueError("semaphore or lock released too many times")
         words[1] = 0
         words[0] = 0
         self._semaphore.release()
 
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.release()
-
-    def acquire_as(self, token: int, block: bool = True, timeout: float | None = None) -> bool:
-        """Acquire for the holder named by ``token``."""
-        return self._acquire_token(token & TOKEN_MASK, block, timeout)
-
-    def release_as(self, token: int) -> None:
-        self._release_token(token & TOKEN_MASK)
-
+    # -- a condition's wait ------------------------------------------------------------------
     def release_save(self, token: int = 0) -> int:
-        """Release that hold at any depth (a condition's wait); the depth."""
-        token = token & TOKEN_MASK if token else self.token()
+        """Release the calling thread's hold (or that of ``token``) at any depth; the depth."""
+        if not token:
+            if not self.is_mine():
+                raise NotOwnedError("cannot wait on un-acquired lock")
+            own = self._own
+            depth = own._count() if self._recursive else 1
+            for _ in range(depth):
+                own.release()
+            return depth
+        token &= TOKEN_MASK
         words = self._words
-        if words[0] != token:
+        if self.owner() != token:
             raise NotOwnedError("cannot wait on un-acquired lock")
         depth = words[1] if self._recursive else 1
         words[1] = 0
@@ -314,38 +354,57 @@ class Mutex:
 
     def acquire_restore(self, depth: int, token: int = 0) -> None:
         """Hold it again at ``depth``, however long it takes."""
-        token = token & TOKEN_MASK if token else self.token()
+        words = self._words
+        if not token:
+            own = self._own
+            try:
+                _acquire_whatever(own)
+            finally:
+                words[0] = self._base
+                for _ in range(depth - 1):
+                    own.acquire(False)  # (held by this thread: counted, never waits)
+            return
         try:
             _acquire_whatever(self._semaphore)
         finally:
-            self._words[0] = token
-            self._words[1] = depth
+            words[0] = token & TOKEN_MASK
+            words[1] = depth
 
+    # -- what it is ---------------------------------------------------------------------------
     def address(self) -> int:
         """The address of word 0 (which memory this is)."""
         return self._address
 
     def owner(self) -> int:
         """The holder's token (0: free)."""
-        return self._words[0]
+        owner = self._words[0]
+        return owner if owner and self._semaphore._is_zero() else 0
 
     def depth(self) -> int:
         """How many times the holder holds it."""
-        return self._words[1] if self._recursive else int(self._words[0] != 0)
+        if self._recursive and self._own._is_mine():
+            return self._own._count()
+        owner = self.owner()
+        if self._recursive and owner & THREAD_MASK:  # another process's, held through the creator
+            return self._words[1]
+        return int(owner != 0)
 
     def is_mine(self) -> bool:
-        return self._words[0] == self._base | _thread()
+        """Whether the calling thread holds it."""
+        own = self._own
+        if self._recursive:
+            return own._is_mine()
+        # this process's SemLock names the thread that took it last, and counts what this
+        # process took and gave back (another process may have given back what it took)
+        return own._is_mine() and self._words[0] == self._base and own._is_zero()
 
     def token(self) -> int:
-        """The calling thread's token."""
-        return self._base | _thread()
+        """The token of the calling thread's process."""
+        return self._base
 
     def recover(self, slot: int) -> bool:
-        """Release the lock if a thread of the (dead) process of ``slot`` holds it: its token
-        says so, or the lock stays taken with no token for :data:`UNCLAIMED` seconds (its
-        holder died between taking the semaphore and writing its token, or the other way
-        round as it released it)."""
-        if _taken_by(self._words, 0, slot, self._semaphore):
+        """Release the lock if the (dead) process of ``slot`` holds it (:func:`_held_by`)."""
+        if _held_by(self._words, slot, self._semaphore):
             self._words[1] = 0
             self._words[0] = 0
             self._semaphore.release()
@@ -353,9 +412,32 @@ class Mutex:
         return False
 
 
+def _held_by(words: memoryview, slot: int, semaphore: SemLock) -> bool:
+    """Whether the mutex whose words are ``words`` is held by the dead process of ``slot``.
+
+    Word 0 names the last process that took it, and is written just after the semaphore
+    is taken: a taken mutex that names ``slot`` may have been given back by it and taken
+    by another process that has not written its token yet, and one that names nobody
+    was taken by a process that has not written its token yet (or that died before it
+    did). Either is ``slot``'s only once it has stayed so for :data:`UNCLAIMED` seconds.
+    """
+    deadline = time.monotonic() + UNCLAIMED
+    while True:
+        owner = words[0]
+        if owner and owner >> THREAD_BITS != slot:
+            return False
+        if not semaphore._is_zero():  # free
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(0.001)
+
+
 def _taken_by(words: memoryview, index: int, slot: int, semaphore: SemLock) -> bool:
-    """Whether the one-unit ``semaphore``, whose holder's token is ``words[index]``, is held
-    by the dead process of ``slot`` (see :meth:`Mutex.recover`)."""
+    """Whether the one-unit ``semaphore`` (a guard), whose holder's token is
+    ``words[index]`` while it is held (cleared before it is given back), is held by the
+    dead process of ``slot``; one taken with no token is so once it has stayed so for
+    :data:`UNCLAIMED` seconds."""
     deadline = time.monotonic() + UNCLAIMED
     while True:
         owner = words[index]
