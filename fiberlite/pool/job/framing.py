@@ -1,4 +1,5 @@
-"""The socket between a pool host and one of its workers: length-prefixed frames (as
+"""The socket between a pool host and one of its workers (or between the master and a
+worker of its own machine, :mod:`..master.nearby`): length-prefixed frames (as
 ``multiprocessing.connection.Connection`` writes them), read in one system call for
 everything that has arrived.
 
@@ -21,6 +22,11 @@ READ_SIZE = 16 * 1024  # bytes asked of the socket per read (under malloc's mmap
 READ_MAX = 16 * 1024 * 1024  # a large frame is read this much at a time
 
 
+def header(size: int) -> bytes:
+    """The length that goes before a frame of ``size`` bytes."""
+    return _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)
+
+
 class FrameSocket:
     """Either end of a worker's socket: whole frames in, whole frames out."""
 
@@ -40,11 +46,8 @@ class FrameSocket:
         """Send one frame (blocking until the socket has taken it)."""
         n = len(data)
         with self._sending:
-            if n > 0x7FFFFFFF:
-                self.sock.sendall(_SHORT.pack(-1) + _LONG.pack(n))
-                self.sock.sendall(data)
-            elif n > 16384:
-                self.sock.sendall(_SHORT.pack(n))
+            if n > 16384:
+                self.sock.sendall(header(n))
                 self.sock.sendall(data)
             else:
                 self.sock.sendall(_SHORT.pack(n) + data)

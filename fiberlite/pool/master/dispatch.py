@@ -216,7 +216,7 @@ class Dispatcher(LockedServant):
                 prefetch: bool = False) -> None:
         """Results of finished chunks, and a request for ``want`` more (0: I am retiring).
 
-        Answered with ``(chunks, functions, forget)``, or ``None`` (exit). A worker that
+        Answered with ``(chunks, functions, forget, more)``, or ``None`` (exit). A worker that
         is idle is held until there is work; a ``prefetch`` (the worker still has work)
         is answered at once, with no chunks if there are none.
         """
