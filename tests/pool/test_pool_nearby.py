@@ -92,14 +92,18 @@ def test_a_stranger_on_the_pool_socket_is_closed_and_nothing_it_sent_is_loaded(t
 
 
 class _Hub:
-    def call(self, method, *args):
-        return ("hub", method)
+    def begin(self, method, *args):
+        return method
+
+    def finish(self, handle):
+        return ("hub", handle)
 
 
 def test_a_worker_takes_its_hub_when_the_socket_is_not_on_its_machine_or_not_there():
+    waiting = (1, [], None, 1, False)  # a request for work that is not a prefetch
     elsewhere = NearbyUpstream(_Hub(), "fiberlite-pool-any", "another-boot/1")
-    assert elsewhere.call("next") == ("hub", "next")
+    assert elsewhere.call("next", *waiting) == ("hub", "next")
     gone = NearbyUpstream(_Hub(), f"fiberlite-pool-{os.getpid()}-nothing-listens", machine_id())
-    assert gone.call("next") == ("hub", "next")
+    assert gone.call("next", *waiting) == ("hub", "next")
     unknown = NearbyUpstream(_Hub(), None, machine_id())
-    assert unknown.call("next") == ("hub", "next")
+    assert unknown.call("next", *waiting) == ("hub", "next")

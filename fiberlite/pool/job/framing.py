@@ -18,8 +18,19 @@ import threading
 
 _SHORT = struct.Struct("!i")  # the length of a frame, as Connection writes it
 _LONG = struct.Struct("!Q")  # after a short length of -1: a frame of 2 GiB or more
+SOCKET_BUFFER = 4 << 20
 READ_SIZE = 16 * 1024  # bytes asked of the socket per read (under malloc's mmap threshold)
 READ_MAX = 16 * 1024 * 1024  # a large frame is read this much at a time
+
+
+def widen(sock: socket.socket) -> None:
+    """Socket buffers as large as the kernel gives (up to 4 MiB): a large result leaves
+    in one write, and its reader takes it in few reads."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
 
 
 def header(size: int) -> bytes:

@@ -22,7 +22,7 @@ from ...runtime import identity
 from ...runtime.machine import machine_id
 from ...wire import auth
 from ...wire.codec import PROTOCOL
-from .framing import FrameSocket
+from .framing import FrameSocket, widen
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds a nearby worker gives the master to take its connection
 
@@ -138,11 +138,20 @@ class HostUpstream:
 
 
 class NearbyUpstream:
-    """Requests to the master's dispatcher from a worker that is a job of its own: over a
-    Unix socket (:mod:`..master.nearby`) when this job shares the master's machine (same
-    kernel and network namespace, and the ``share_machine`` setting on), else over the
-    hub connection (:class:`HubUpstream`). Chosen once, at the first request; the socket
-    is used only once this process proved the run's key on it."""
+    """Requests to the master's dispatcher from a worker that is a job of its own.
+
+    A request that waits for work (``next``, not a prefetch: the worker is idle, and a
+    task's round trip is its answer) goes over a Unix socket (:mod:`..master.nearby`)
+    when this job shares the master's machine (same kernel and network namespace, and
+    the ``share_machine`` setting on); the socket is used only once this process proved
+    the run's key on it. Everything else, and everything when there is no such socket,
+    goes over the hub connection (:class:`HubUpstream`): prefetches, results sent
+    one-way and give-backs travel while the worker computes, and nng's own threads
+    carry them without taking the master's Python threads from a busy caller.
+
+    The two ways keep the order the dispatcher needs: a worker sends a request that
+    waits for work only once every earlier request for work was answered, and nothing
+    else while it waits."""
 
     def __init__(self, hub: HubUpstream, address: str | None, machine: str) -> None:
         self.hub = hub
@@ -150,6 +159,11 @@ class NearbyUpstream:
         self.machine = machine  # the master's machine_id
         self._way: Any = None
         self._choosing = threading.Lock()
+
+    @property
+    def ref(self) -> Any:
+        """The dispatcher's reference in the master's hub."""
+        return self.hub.ref
 
     def __getstate__(self) -> dict:
         return {"hub": self.hub, "address": self.address, "machine": self.machine}
@@ -176,19 +190,26 @@ class NearbyUpstream:
             auth.prove_on(sock, identity.key(), "the pool's master",
                           time.monotonic() + HANDSHAKE_TIMEOUT)
             sock.settimeout(None)
+            widen(sock)
         except (OSError, AuthenticationError):
             sock.close()
             return None  # (another machine after all, or the master stopped listening)
         return HostUpstream(FrameSocket(sock.detach()), "the pool's master")
 
+    def _way_of(self, method: str, args: tuple) -> Any:
+        waits = method == "next" and not args[-1]  # (wid, entries, values, want, prefetch)
+        return self._chosen() if waits else self.hub
+
     def begin(self, method: str, *args: Any) -> Any:
-        return self._chosen().begin(method, *args)
+        way = self._way_of(method, args)
+        return way, way.begin(method, *args)
 
     def finish(self, handle: Any) -> Any:
-        return self._chosen().finish(handle)
+        way, inner = handle
+        return way.finish(inner)
 
     def cast(self, method: str, *args: Any) -> None:
-        self._chosen().cast(method, *args)
+        self.hub.cast(method, *args)
 
     def call(self, method: str, *args: Any) -> Any:
-        return self._chosen().call(method, *args)
+        return self.finish(self.begin(method, *args))

@@ -30,7 +30,7 @@ from typing import Any
 
 from ...wire import auth, threads
 from ...wire.codec import PROTOCOL
-from ..job.framing import FrameSocket, header
+from ..job.framing import FrameSocket, header, widen
 from .dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -221,6 +221,7 @@ class NearbyWorkers:
             sock.setblocking(True)
             if auth.check_on(sock, self.key, time.monotonic() + HANDSHAKE_TIMEOUT):
                 sock.settimeout(None)
+                widen(sock)
                 with self._lock:
                     if not self._closed:
                         self._proven.append(sock)
