@@ -20,8 +20,8 @@ accumulates tasks that an idle one could run.
   more. The reply is ``(chunks, functions, forget, more)``, or ``None`` for *exit*. When no
   work is pending the request is kept (parked) and answered when work arrives: no
   polling, and the hub thread never blocks. A worker that is a job of its own on the
-  master's machine sends these requests over a Unix socket of the master's
-  (:mod:`.nearby`) instead of the hub; workers in a host job, through their host.
+  master's machine sends such a request that waits for work over a Unix socket of the
+  master's (:mod:`.nearby`) instead of the hub; workers in a host job, through their host.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
   about 5 ms of work and sends its next request (a *prefetch*) as soon as it starts a
   batch, so one batch travels while the other runs, as long as the master said more
