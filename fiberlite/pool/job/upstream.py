@@ -198,7 +198,13 @@ class NearbyUpstream:
 
     def _way_of(self, method: str, args: tuple) -> Any:
         waits = method == "next" and not args[-1]  # (wid, entries, values, want, prefetch)
-        return self._chosen() if waits else self.hub
+        if not waits:
+            return self.hub
+        if self._way is None:
+            way = self._chosen()
+            if way is not self.hub:  # the hub's loss of this job (given up) is ours too
+                self.hub.cast("present", args[0])
+        return self._chosen()
 
     def begin(self, method: str, *args: Any) -> Any:
         way = self._way_of(method, args)

@@ -267,6 +267,13 @@ class Dispatcher(LockedServant):
         out.reply(request, None)
         self._flush(out)
 
+    def op_present(self, request, wid: int) -> None:
+        """Worker ``wid``, which asks for work over the nearby socket, is reached over
+        this hub connection too: given up (a frozen job), it is lost."""
+        with self._lock:
+            self.roster.bind(wid, request.peer)
+        request.reply(None)
+
     def op_giveback(self, request, wid: int, cids: list[int]) -> None:
         """Chunks a worker received but will not start soon (a long task is running)."""
         out = Out()
