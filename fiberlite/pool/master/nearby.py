@@ -16,7 +16,9 @@ relay does (:mod:`.relay`): the dispatcher's bookkeeping is the same whichever w
 request came. Answers are written by whichever thread makes them, without waiting: what
 a full socket does not take now is written by the reading thread once it has room. A
 connection that ends is the dispatcher's ``peer_lost``, as a hub connection's would be:
-what the worker held goes back to the queue.
+what the worker held goes back to the queue. Such a worker also presents its hub
+connection (``present``), so that the hub giving its job up as silent (a frozen job)
+loses the worker too.
 """
 from __future__ import annotations
 
