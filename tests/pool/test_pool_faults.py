@@ -266,12 +266,12 @@ def test_dispatcher_delivers_each_chunk_once_across_a_lost_worker():
     dispatcher, delivered = _dispatcher(6)
     first = _ask(dispatcher, 1, peer=11)
     second = _ask(dispatcher, 2, peer=12)
-    (w1_chunks, functions, _), = first.answers
-    (w2_chunks, _, _), = second.answers
+    (w1_chunks, functions, _, _), = first.answers
+    (w2_chunks, _, _, _), = second.answers
     assert len(w1_chunks) == 2 and len(w2_chunks) == 2 and functions
     dispatcher.peer_lost(11)  # worker 1 dies holding two chunks
     third = _ask(dispatcher, 2, peer=12, results=[c[0] for c in w2_chunks])
-    (suspect, _, _), = third.answers
+    (suspect, _, _, _), = third.answers
     assert len(suspect) == 1, "a chunk held by a dead worker travels alone"
     stale = _ask(dispatcher, 1, peer=11, results=[c[0] for c in w1_chunks])  # too late: ignored
     assert stale.answers == [None]
@@ -284,9 +284,9 @@ def test_dispatcher_delivers_each_chunk_once_across_a_lost_worker():
 def test_dispatcher_prefetch_is_never_parked_and_idle_request_is():
     dispatcher, _ = _dispatcher(1)
     got = _ask(dispatcher, 1, peer=11, want=5)
-    (chunks, _, _), = got.answers
+    (chunks, _, _, _), = got.answers
     prefetch = _ask(dispatcher, 1, peer=11, want=5, prefetch=True)
-    assert prefetch.answers == [([], {}, [])]  # at once, with nothing
+    assert prefetch.answers == [([], {}, [], False)]  # at once, with nothing
     idle = _ask(dispatcher, 2, peer=12)
     assert idle.answers == []  # held until there is work
     dispatcher.close()

@@ -279,9 +279,9 @@ def test_a_post_is_answered_with_its_answers_and_the_poll_with_what_comes_later(
     dispatcher.submit(group, [dispatcher.make_chunk(group, i, 1, pack([i])) for i in range(3)],
                       seal=True, new=True)
     assert poll.answered  # work came between posts: the parked poll carries worker 1's
-    ((kind, wid, seq, ok, (chunks, functions, _)),) = poll.value
+    ((kind, wid, seq, ok, (chunks, functions, _, more)),) = poll.value
     assert (kind, wid, seq, ok, [c[0] for c in chunks]) == ("reply", 1, 5, True, [1])
-    assert list(functions) == [group.gid]
+    assert list(functions) == [group.gid] and more  # two chunks still pending
 
     post = _Answer(-7)  # worker 1 returns its result and asks again; worker 2 asks
     relay.op_post(post, 7, [(1, 6, "next", (1, [(chunks[0][0], None)], pack([[0]]), 1, False)),

@@ -132,6 +132,31 @@ def test_a_worker_that_comes_back_after_the_timeout_is_fenced(one_worker_per_job
         assert not results_after(exact_results(result), victim, resumed)
 
 
+def tell_and_nap(queue, seconds):
+    queue.put(os.getpid())
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_a_frozen_worker_that_only_waited_for_work_is_lost_by_its_hub_connection(
+        one_worker_per_job, given_up, monkeypatch):
+    """A worker of single tasks asks for work over the master's nearby socket, never over
+    the hub: the hub giving up its job still loses it, and its task runs elsewhere."""
+    monkeypatch.setattr(launcher.Launch, "_kill_lost", lambda self: None)  # the kill does not land
+    queue = fiberlite.Queue()
+    with fiberlite.Pool(2) as pool:
+        assert pool.apply(spin, (0,)) > 0
+        result = pool.apply_async(tell_and_nap, (queue, 0.5))
+        victim = queue.get(timeout=30)
+        freeze(victim)
+        try:
+            assert result.get(TIMEOUT + 30) != victim  # run again by the other worker
+            assert given_up
+        finally:
+            os.kill(victim, signal.SIGCONT)
+        psutil.Process(victim).wait(30)  # fenced, it exits by itself
+
+
 def test_a_worker_frozen_for_less_than_the_timeout_is_kept(one_worker_per_job, given_up):
     with map_with_frozen_worker(2) as (pool, victim, result):
         time.sleep(TIMEOUT / 3)   # the pause itself (nothing to wait for: it is the test)

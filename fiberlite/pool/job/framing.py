@@ -1,4 +1,5 @@
-"""The socket between a pool host and one of its workers: length-prefixed frames (as
+"""The socket between a pool host and one of its workers (or between the master and a
+worker of its own machine, :mod:`..master.nearby`): length-prefixed frames (as
 ``multiprocessing.connection.Connection`` writes them), read in one system call for
 everything that has arrived.
 
@@ -17,8 +18,24 @@ import threading
 
 _SHORT = struct.Struct("!i")  # the length of a frame, as Connection writes it
 _LONG = struct.Struct("!Q")  # after a short length of -1: a frame of 2 GiB or more
+SOCKET_BUFFER = 4 << 20
 READ_SIZE = 16 * 1024  # bytes asked of the socket per read (under malloc's mmap threshold)
 READ_MAX = 16 * 1024 * 1024  # a large frame is read this much at a time
+
+
+def widen(sock: socket.socket) -> None:
+    """Socket buffers as large as the kernel gives (up to 4 MiB): a large result leaves
+    in one write, and its reader takes it in few reads."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
+
+
+def header(size: int) -> bytes:
+    """The length that goes before a frame of ``size`` bytes."""
+    return _SHORT.pack(size) if size <= 0x7FFFFFFF else _SHORT.pack(-1) + _LONG.pack(size)
 
 
 class FrameSocket:
@@ -40,11 +57,8 @@ class FrameSocket:
         """Send one frame (blocking until the socket has taken it)."""
         n = len(data)
         with self._sending:
-            if n > 0x7FFFFFFF:
-                self.sock.sendall(_SHORT.pack(-1) + _LONG.pack(n))
-                self.sock.sendall(data)
-            elif n > 16384:
-                self.sock.sendall(_SHORT.pack(n))
+            if n > 16384:
+                self.sock.sendall(header(n))
                 self.sock.sendall(data)
             else:
                 self.sock.sendall(_SHORT.pack(n) + data)

@@ -1,5 +1,7 @@
 """How a pool worker talks to the master: over its own hub connection (a worker that is
-a job of its own), or through the host job it was forked in (:mod:`.host`).
+a job of its own on another machine), over a Unix socket to the master (a job of its
+own on the master's machine: :mod:`..master.nearby`), or through the host job it was
+forked in (:mod:`.host`).
 
 Both give the worker the same calls: ``begin`` sends a request and returns a handle,
 ``finish`` waits for that request's answer (returning it, or raising the master's
@@ -9,11 +11,20 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import socket
 import threading
+import time
 from typing import Any
 
-from ...errors import ConnectionLost
+from ... import config
+from ...errors import AuthenticationError, ConnectionLost
+from ...runtime import identity
+from ...runtime.machine import machine_id
+from ...wire import auth
 from ...wire.codec import PROTOCOL
+from .framing import FrameSocket, widen
+
+HANDSHAKE_TIMEOUT = 10.0  # seconds a nearby worker gives the master to take its connection
 
 
 def send_message(conn: Any, message: Any) -> None:
@@ -59,15 +70,17 @@ class HubUpstream:
 
 
 class HostUpstream:
-    """Requests to the host over a socket of this process's own (``Connection``).
+    """Requests to the host (or the master) over a socket of this process's own
+    (``FrameSocket``).
 
     Messages are ``(seq, method, args)`` up (``seq`` 0: no answer wanted) and
     ``(seq, ok, value)`` down. Two threads may wait at once (the worker's main thread and
     its watchdog): whichever reads the socket files the answers it finds for the other.
     """
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, peer: str = "the pool's host") -> None:
         self.conn = conn
+        self.peer = peer
         self._seq = itertools.count(1)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -82,7 +95,7 @@ class HostUpstream:
                 send_message(self.conn, message)
         except (OSError, EOFError) as exc:
             self.lost.set()
-            raise ConnectionLost(f"the pool's host is gone: {exc}") from None
+            raise ConnectionLost(f"{self.peer} is gone: {exc}") from None
 
     def begin(self, method: str, *args: Any) -> int:
         seq = next(self._seq)
@@ -97,7 +110,7 @@ class HostUpstream:
         with cond:
             while seq not in self._answers:
                 if self._lost is not None:
-                    raise ConnectionLost(f"the pool's host is gone: {self._lost}")
+                    raise ConnectionLost(f"{self.peer} is gone: {self._lost}")
                 if self._reading:
                     cond.wait()
                     continue
@@ -119,6 +132,90 @@ class HostUpstream:
         if ok:
             return value
         raise value
+
+    def call(self, method: str, *args: Any) -> Any:
+        return self.finish(self.begin(method, *args))
+
+
+class NearbyUpstream:
+    """Requests to the master's dispatcher from a worker that is a job of its own.
+
+    A request that waits for work (``next``, not a prefetch: the worker is idle, and a
+    task's round trip is its answer) goes over a Unix socket (:mod:`..master.nearby`)
+    when this job shares the master's machine (same kernel and network namespace, and
+    the ``share_machine`` setting on); the socket is used only once this process proved
+    the run's key on it. Everything else, and everything when there is no such socket,
+    goes over the hub connection (:class:`HubUpstream`): prefetches, results sent
+    one-way and give-backs travel while the worker computes, and nng's own threads
+    carry them without taking the master's Python threads from a busy caller.
+
+    The two ways keep the order the dispatcher needs: a worker sends a request that
+    waits for work only once every earlier request for work was answered, and nothing
+    else while it waits."""
+
+    def __init__(self, hub: HubUpstream, address: str | None, machine: str) -> None:
+        self.hub = hub
+        self.address = address  # the master's abstract socket name, None: none listens
+        self.machine = machine  # the master's machine_id
+        self._way: Any = None
+        self._choosing = threading.Lock()
+
+    @property
+    def ref(self) -> Any:
+        """The dispatcher's reference in the master's hub."""
+        return self.hub.ref
+
+    def __getstate__(self) -> dict:
+        return {"hub": self.hub, "address": self.address, "machine": self.machine}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["hub"], state["address"], state["machine"])
+
+    def _chosen(self) -> Any:
+        way = self._way
+        if way is None:
+            with self._choosing:
+                if self._way is None:
+                    self._way = self._dial() or self.hub
+                way = self._way
+        return way
+
+    def _dial(self) -> HostUpstream | None:
+        if (self.address is None or not config.get("share_machine")
+                or machine_id() != self.machine):
+            return None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.connect("\0" + self.address)
+            auth.prove_on(sock, identity.key(), "the pool's master",
+                          time.monotonic() + HANDSHAKE_TIMEOUT)
+            sock.settimeout(None)
+            widen(sock)
+        except (OSError, AuthenticationError):
+            sock.close()
+            return None  # (another machine after all, or the master stopped listening)
+        return HostUpstream(FrameSocket(sock.detach()), "the pool's master")
+
+    def _way_of(self, method: str, args: tuple) -> Any:
+        waits = method == "next" and not args[-1]  # (wid, entries, values, want, prefetch)
+        if not waits:
+            return self.hub
+        if self._way is None:
+            way = self._chosen()
+            if way is not self.hub:  # the hub's loss of this job (given up) is ours too
+                self.hub.cast("present", args[0])
+        return self._chosen()
+
+    def begin(self, method: str, *args: Any) -> Any:
+        way = self._way_of(method, args)
+        return way, way.begin(method, *args)
+
+    def finish(self, handle: Any) -> Any:
+        way, inner = handle
+        return way.finish(inner)
+
+    def cast(self, method: str, *args: Any) -> None:
+        self.hub.cast(method, *args)
 
     def call(self, method: str, *args: Any) -> Any:
         return self.finish(self.begin(method, *args))

@@ -121,6 +121,7 @@ class _Worker:
         self.loaded: dict[bytes, tuple] = {}  # pickled function -> (kind, function)
         self.queue: collections.deque = collections.deque()
         self.outstanding: Any = None  # the request for work in flight
+        self.more = False  # the master said more work is to come: worth asking ahead
         self.exiting = False
         self.entries: list = []  # (cid, None | pickled failure) not yet sent
         self.values: list = []  # results of the entries whose failure is None
@@ -203,7 +204,7 @@ class _Worker:
         if reply is None:
             self.exiting = True
             return
-        chunks, functions, forget = reply
+        chunks, functions, forget, self.more = reply
         for gid in forget:
             self.functions.pop(gid, None)
         for gid, payload in functions.items():
@@ -257,8 +258,8 @@ class _Worker:
                 self._absorb(self._finish(ctx))  # a prefetch's answer is prompt (maybe empty)
             chunk = queue.popleft()
             ema = self.ema
-            if (self.outstanding is None and ema is not None and ema < PREFETCH_LIMIT
-                    and (self.budget is None or self.budget > 0)):
+            if (self.outstanding is None and self.more and ema is not None
+                    and ema < PREFETCH_LIMIT and (self.budget is None or self.budget > 0)):
                 self._ask(self._want(), prefetch=True)  # the next batch travels while this one runs
             self.current = (chunk, time.monotonic())
             if self.watch_idle and (queue or self.outstanding is not None):
@@ -349,7 +350,7 @@ class _Worker:
         if reply is None:
             self.exiting = True
             return
-        chunks, functions, forget = reply
-        self._absorb(([], functions, forget))  # atomic dict updates; known before chunks return
+        chunks, functions, forget, more = reply
+        self._absorb(([], functions, forget, more))  # atomic updates; known before chunks return
         if chunks:
             self._finish(self._begin("giveback", self.wid, [chunk[0] for chunk in chunks]))

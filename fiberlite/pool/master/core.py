@@ -3,9 +3,9 @@
 :class:`Core` holds the state and threads behind a :class:`~fiberlite.pool.Pool` (the
 user's facade, in :mod:`.pool`); the servant that hands out chunks is its
 :class:`~fiberlite.pool.master.dispatch.Dispatcher`. Threads in the master: the hub's
-(dispatch), a supervisor (waits on the workers' sentinels, starts replacements), a
-result thread (unpickles results, runs callbacks), and one feeder per ``imap`` call
-(:mod:`.feeding`).
+(dispatch), the one that reads the sockets of workers of this machine (:mod:`.nearby`),
+a supervisor (waits on the workers' sentinels, starts replacements), a result thread
+(unpickles results, runs callbacks), and one feeder per ``imap`` call (:mod:`.feeding`).
 """
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ from typing import Any
 
 from ... import config, observe
 from ...errors import BrokenPoolError, ProcessError
-from ...runtime import exit_order
+from ...runtime import exit_order, identity
 from ...runtime.hub import get_hub, unregister
 from ...runtime.limits import check_room
+from ...runtime.machine import machine_id
 from ..chunks import encoding_error, unpack, unpack_failure
 from ..job.host import host_main
-from ..job.upstream import HubUpstream
+from ..job.upstream import HubUpstream, NearbyUpstream
 from ..job.worker import worker_main
+from . import nearby
 from .dispatch import Dispatcher
 from .packing import DESCRIPTORS_PER_JOB, workers_per_job
 from .records import BROKEN, CLOSE, REMOTE_ERROR, RUN, TERMINATE, VALUE
@@ -70,6 +72,7 @@ class Core:
             self.relay = HostRelay(self.dispatcher, self._replacement, self.wake)
             self.relay_ref = get_hub().register(self.relay)
             self._hids = itertools.count(1)
+        self.nearby = self._listen_nearby() if self.per_job == 1 else None
         check_room(DESCRIPTORS_PER_JOB * math.ceil(processes / self.per_job), f"Pool({processes})")
         try:  # the first round here, so that an error is raised by Pool(); the supervisor
             self._start_jobs(min(processes, self._round()))  # starts the rest as it runs
@@ -263,7 +266,7 @@ class Core:
         wid = next(self._wids)
         process = self.process_type(
             target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
-            args=(HubUpstream(self.ref), wid, self.initializer, self.initargs, self.maxtasks))
+            args=(self._upstream(), wid, self.initializer, self.initargs, self.maxtasks))
         process.launch_options = replace(process.launch_options, waits_for_capacity=True)
         self.dispatcher.add_worker(wid)
         try:
@@ -272,6 +275,22 @@ class Core:
             self.dispatcher.remove_worker(wid)
             raise
         self.procs[wid] = process
+
+    def _listen_nearby(self) -> nearby.NearbyWorkers | None:
+        """Workers that are jobs of their own and share this machine skip the hub."""
+        if not (nearby.available() and config.get("share_machine")):
+            return None
+        try:
+            return nearby.NearbyWorkers(self.dispatcher, identity.key())
+        except OSError:
+            return None  # (the hub serves them all)
+
+    def _upstream(self) -> Any:
+        """How a worker that is a job of its own reaches the dispatcher."""
+        hub = HubUpstream(self.ref)
+        if self.nearby is None:
+            return hub
+        return NearbyUpstream(hub, self.nearby.address, machine_id())
 
     def wake(self) -> None:
         try:
@@ -391,6 +410,8 @@ class Core:
         self._release()
 
     def _release(self) -> None:
+        if getattr(self, "nearby", None) is not None:
+            self.nearby.close()
         unregister(self.ref.oid)
         if self.relay is not None:
             unregister(self.relay_ref.oid)

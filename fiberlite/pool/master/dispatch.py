@@ -216,7 +216,7 @@ class Dispatcher(LockedServant):
                 prefetch: bool = False) -> None:
         """Results of finished chunks, and a request for ``want`` more (0: I am retiring).
 
-        Answered with ``(chunks, functions, forget)``, or ``None`` (exit). A worker that
+        Answered with ``(chunks, functions, forget, more)``, or ``None`` (exit). A worker that
         is idle is held until there is work; a ``prefetch`` (the worker still has work)
         is answered at once, with no chunks if there are none.
         """
@@ -266,6 +266,13 @@ class Dispatcher(LockedServant):
                 self._serve_idle(out)
         out.reply(request, None)
         self._flush(out)
+
+    def op_present(self, request, wid: int) -> None:
+        """Worker ``wid``, which asks for work over the nearby socket, is reached over
+        this hub connection too: given up (a frozen job), it is lost."""
+        with self._lock:
+            self.roster.bind(wid, request.peer)
+        request.reply(None)
 
     def op_giveback(self, request, wid: int, cids: list[int]) -> None:
         """Chunks a worker received but will not start soon (a long task is running)."""

@@ -17,13 +17,16 @@ accumulates tasks that an idle one could run.
   items ahead of what the caller consumed.
 * ``next(wid, results, values, want)`` is the one round trip of a worker: it carries
   the results of the chunks finished since the last message and asks for ``want``
-  more. The reply is ``(chunks, functions, forget)``, or ``None`` for *exit*. When no
+  more. The reply is ``(chunks, functions, forget, more)``, or ``None`` for *exit*. When no
   work is pending the request is kept (parked) and answered when work arrives: no
-  polling, and the hub thread never blocks.
+  polling, and the hub thread never blocks. A worker that is a job of its own on the
+  master's machine sends such a request that waits for work over a Unix socket of the
+  master's (:mod:`.nearby`) instead of the hub; workers in a host job, through their host.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
   about 5 ms of work and sends its next request (a *prefetch*) as soon as it starts a
-  batch, so one batch travels while the other runs; a prefetch is answered at once,
-  empty if there is no work, so results never wait behind it. For long tasks it asks
+  batch, so one batch travels while the other runs, as long as the master said more
+  work is to come (the reply's ``more``); a prefetch is answered at once, empty if
+  there is no work. For long tasks it asks
   for one chunk when idle. The master never hands a worker more than a fair share of
   what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
   watchdog gives them back (``giveback``), 0.1-0.5 s after the task started: while tasks

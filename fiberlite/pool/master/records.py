@@ -54,12 +54,12 @@ def order(chunk: Chunk) -> tuple[int, int]:
 class Worker:
     """The master's record of one worker job."""
 
-    __slots__ = ("wid", "peer", "ready", "gone", "retiring", "leaving", "held", "groups",
+    __slots__ = ("wid", "peers", "ready", "gone", "retiring", "leaving", "held", "groups",
                  "forget", "waiting", "want", "suspect", "init_error")
 
     def __init__(self, wid: int) -> None:
         self.wid = wid
-        self.peer: int | None = None
+        self.peers: list[int] = []  # its connections: the hub's, the nearby socket's
         self.ready = False  # it asked for work (its initializer succeeded)
         self.gone = False
         self.retiring = False  # it was told to exit: what it still holds is no crash

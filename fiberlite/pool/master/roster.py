@@ -41,8 +41,9 @@ class Roster:
         if worker is not None:
             if worker.leaving:
                 self.leaving -= 1
-            if worker.peer is not None and self.by_peer.get(worker.peer) is worker:
-                del self.by_peer[worker.peer]
+            for peer in worker.peers:
+                if self.by_peer.get(peer) is worker:
+                    del self.by_peer[peer]
         return worker
 
     def staying(self) -> int:
@@ -52,16 +53,25 @@ class Roster:
     def asking(self, wid: int, peer: int) -> Worker | None:
         """Worker ``wid`` asks for work or sends results over connection ``peer``: ready
         from now on; None if it is unknown or gone."""
-        worker = self.workers.get(wid)
-        if worker is None or worker.gone:
+        worker = self.bind(wid, peer)
+        if worker is None:
             return None
-        if worker.peer is None:
-            worker.peer = peer
-            self.by_peer[peer] = worker
         if not worker.ready:
             worker.ready = True
             self.n_ready += 1
             self.start_failures = self.start_kills = 0
+        return worker
+
+    def bind(self, wid: int, peer: int) -> Worker | None:
+        """Worker ``wid`` is reached over connection ``peer`` (a worker of the master's
+        machine has two: its hub connection and the nearby socket), so that the loss of
+        either is the worker's; None if it is unknown or gone."""
+        worker = self.workers.get(wid)
+        if worker is None or worker.gone:
+            return None
+        if peer not in worker.peers:
+            worker.peers.append(peer)
+            self.by_peer[peer] = worker
         return worker
 
     def ever_ready(self, wid: int) -> bool:

@@ -115,10 +115,11 @@ class Work:
             held[chunk.cid] = chunk
         return taken
 
-    @staticmethod
-    def message(worker: Worker, chunks: list[Chunk]) -> tuple:
-        """What ``worker`` is sent with ``chunks``: ``(chunks, functions, forget)``, the
-        functions of the calls it has not had yet, and those it may drop."""
+    def message(self, worker: Worker, chunks: list[Chunk]) -> tuple:
+        """What ``worker`` is sent with ``chunks``: ``(chunks, functions, forget, more)``,
+        the functions of the calls it has not had yet, those it may drop, and whether
+        more work is to come (chunks pending, or a call still adding them): only then
+        is a request sent ahead worth it (a prefetch)."""
         functions = {}
         known = worker.groups
         items = []
@@ -131,13 +132,13 @@ class Work:
                 functions[gid] = group.payload
             items.append((chunk.cid, gid, chunk.data))
         forget, worker.forget = worker.forget, []
-        return items, functions, forget
+        return items, functions, forget, bool(self.pending) or not chunks[-1].group.sealed
 
     @staticmethod
     def nothing(worker: Worker) -> tuple:
         """An answer with no work (and the functions ``worker`` may drop)."""
         forget, worker.forget = worker.forget, []
-        return [], {}, forget
+        return [], {}, forget, False
 
     def give_back(self, worker: Worker, cids: list[int]) -> None:
         """Chunks ``worker`` received but will not start soon: first in the queue again."""
