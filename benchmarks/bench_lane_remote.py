@@ -96,10 +96,12 @@ def side_env(label: str, root: str | None) -> dict[str, str]:
     return env
 
 
-def one_round(env: dict[str, str], row: str, count: int) -> float | str:
+def one_round(env: dict[str, str], row: str, count: int, cwd: str | None) -> float | str:
+    """One round of a side (``cwd``: the source tree it imports, where it runs, since a job
+    started with ``python -m`` imports from its working directory first)."""
     try:
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--serve", row, str(count)],
-                              env=env, capture_output=True, text=True, timeout=TIMEOUT)
+                              env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         return f"no answer within {TIMEOUT:.0f} s"
     if done.returncode != 0:
@@ -120,26 +122,26 @@ def main() -> None:
     args = p.parse_args()
     count = args.items or sized(args, 5000, 500)
     rounds = args.rounds or sized(args, 3, 1)
-    sides = [(LANES, side_env(LANES, None)), (NO_LANES, side_env(NO_LANES, None))]
-    sides += [(f"fiberlite {root}", side_env(LANES, root)) for root in args.before]
+    sides = [(LANES, side_env(LANES, None), None), (NO_LANES, side_env(NO_LANES, None), None)]
+    sides += [(f"fiberlite {root}", side_env(LANES, root), os.path.abspath(root)) for root in args.before]
     report = Report("lane_remote", "items/s through a queue for a job of another machine",
-                    items=count, rounds=rounds, sides=[label for label, _ in sides])
+                    items=count, rounds=rounds, sides=[label for label, _, _ in sides])
     for row, title in ROWS.items():
         progress(f"{title} ...")
-        samples: dict[str, list[float]] = {label: [] for label, _ in sides}
+        samples: dict[str, list[float]] = {label: [] for label, _, _ in sides}
         errors: dict[str, str] = {}
         for round_ in range(rounds):
             shift = round_ % len(sides)
-            for label, env in sides[shift:] + sides[:shift]:
+            for label, env, cwd in sides[shift:] + sides[:shift]:
                 if label in errors:
                     continue
-                got = one_round(env, row, count)
+                got = one_round(env, row, count, cwd)
                 if isinstance(got, str):
                     errors[label] = got
                 else:
                     samples[label].append(got)
         section = report.section(row, title, unit="item", reference=NO_LANES, stat="best")
-        for label, _ in sides:
+        for label, _, _ in sides:
             if label in errors:
                 section.skip(label, errors[label])
             else:
