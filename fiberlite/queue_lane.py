@@ -214,7 +214,7 @@ class QueueLane:
     def lend(self, most: int, wait: float = 0.0) -> list:
         """Up to ``most`` payloads from the lane, for a reader of another machine: the
         first within ``wait`` seconds, then those there now. They are still counted in
-        the queue until :meth:`consumed` (or go back with :meth:`give_back`)."""
+        the queue until :meth:`consumed` (or go back ahead of the lane: ``take_front``)."""
         lent: list = self.take_front(most) if self.state.counts[FRONT] and self.take_front else []
         receive = self.lane.receive
         while len(lent) < most:
