@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import queue
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .runtime.lanes.feeder import Feeder
 from .runtime.lanes.lane import Lane
@@ -27,7 +27,9 @@ from .runtime.links.frames import EOF
 from .sharedctypes import RawArray
 from .synchronize import Condition
 
-ITEMS, UNFINISHED, TOTAL = 0, 1, 2  # the state's counts (TOTAL: items ever put)
+ITEMS, UNFINISHED, TOTAL, WAITING, FRONT = 0, 1, 2, 3, 4  # the state's counts (TOTAL: items
+# ever put; WAITING: readers waiting on the lane, see Lane.waiting; FRONT: items given back
+# by readers of other machines, ahead of the lane, see runtime.lanes.lending.Front)
 
 
 # an atomic add on a word at an address (the C extension's): without it, the counts
@@ -55,10 +57,12 @@ class QueueState:
     def __init__(self, maxsize: int, joinable: bool, counts: Any = None, cond: Any = None) -> None:
         self.maxsize = maxsize
         self.joinable = joinable
-        self.counts = RawArray("i", 3) if counts is None else counts
+        self.counts = RawArray("i", 5) if counts is None else counts
         self.cond = Condition() if cond is None else cond
         self._items = _address(self.counts, ITEMS) if not maxsize else None
         self._total = _address(self.counts, TOTAL)
+        self.waiting = _address(self.counts, WAITING)
+        self._front = _address(self.counts, FRONT)
 
     def __reduce__(self):
         return (QueueState, (self.maxsize, self.joinable, self.counts, self.cond))
@@ -100,6 +104,14 @@ class QueueState:
             self.counts[ITEMS] -= 1
             self.cond.notify()
 
+    def add_front(self, delta: int) -> None:
+        """``delta`` more items given back ahead of the lane."""
+        if self._front is not None:
+            _atomic_add(self._front, delta)
+            return
+        with self.cond:
+            self.counts[FRONT] += delta
+
     def qsize(self) -> int:
         return max(0, self.counts[ITEMS])
 
@@ -136,7 +148,12 @@ class QueueLane:
         self.state = state
         self.lane = lane
         self.feeder = Feeder(lane) if lane is not None else None
+        if lane is not None and state.waiting is not None:
+            lane.waiting = (_atomic_add, state.waiting)
         self.watcher: Any = None  # called after each put and get of this process (the page)
+        # takes up to n of the items given back ahead of the lane (runtime.lanes.lending.Front):
+        # the creator's own, or a call to it
+        self.take_front: Callable[[int], list] | None = None
 
     @classmethod
     def new(cls, maxsize: int, joinable: bool) -> tuple["QueueLane", Any]:
@@ -164,8 +181,18 @@ class QueueLane:
 
     # -- getting -----------------------------------------------------------------------
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
-        """The next item's payload (``queue.Empty`` after ``timeout``, or at once)."""
-        payload = self.lane.receive((None if timeout is None else max(0.0, timeout)) if block else 0.0)
+        """The next item's payload (``queue.Empty`` after ``timeout``, or at once): one
+        given back ahead of the lane first."""
+        counts = self.state.counts
+        if counts[FRONT]:
+            payload = self._from_front(block, timeout)
+        else:
+            payload = self.lane.receive((None if timeout is None else max(0.0, timeout)) if block else 0.0,
+                                        self._front_waits)
+            if payload is None:
+                if not (block and counts[FRONT]):
+                    raise queue.Empty
+                payload = self._from_front(block, timeout)  # (given back while this waited)
         if payload is None or payload is EOF:
             raise queue.Empty
         self.state.taken()
@@ -173,5 +200,35 @@ class QueueLane:
             self.watcher()
         return payload
 
+    def _front_waits(self) -> bool:
+        return bool(self.state.counts[FRONT]) and self.take_front is not None
+
+    def _from_front(self, block: bool, timeout: float | None) -> Any:
+        """The first item given back ahead of the lane, or (another reader was first) the
+        lane's next."""
+        got = self.take_front(1) if self.take_front is not None else []
+        if got:
+            return got[0]
+        return self.lane.receive((None if timeout is None else max(0.0, timeout)) if block else 0.0)
+
+    def lend(self, most: int, wait: float = 0.0) -> list:
+        """Up to ``most`` payloads from the lane, for a reader of another machine: the
+        first within ``wait`` seconds, then those there now. They are still counted in
+        the queue until :meth:`consumed` (or go back ahead of the lane: ``take_front``)."""
+        lent: list = self.take_front(most) if self.state.counts[FRONT] and self.take_front else []
+        receive = self.lane.receive
+        while len(lent) < most:
+            payload = receive(0.0 if lent else wait)
+            if payload is None or payload is EOF:
+                break
+            lent.append(payload)
+        return lent
+
+    def consumed(self) -> None:
+        """An item lent was consumed: it leaves the queue."""
+        self.state.taken()
+        if self.watcher is not None:
+            self.watcher()
+
     def empty(self) -> bool:
-        return not self.lane.poll(0)
+        return not (self.state.counts[FRONT] or self.lane.poll(0))

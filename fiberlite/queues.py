@@ -13,22 +13,22 @@ Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.rou
 """
 from __future__ import annotations
 
-import itertools
 import queue
 import weakref
 from typing import Any, Callable
 
 from . import observe
 from .queue_lane import QueueLane
+from .queue_lane_ops import LaneOps
 from .runtime import handles
 from .runtime.hub import LOCAL_PEER, ObjectRef, get_hub
 from .runtime.links import route
 from .runtime.links.channel import Channel
 from .runtime.lanes import shared as lanes
+from .runtime.lanes import lending
 from .runtime.lanes.feeder import batches
 from .runtime.links.frames import EOF
 from .runtime.links.servant import LinkingServant
-from .runtime.shm.remote import NOT_YET, Waits
 from .wire.codec import Payload
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
@@ -40,18 +40,14 @@ Full = queue.Full
 GET, PUT = "get", "put"  # link slots: a job that only gets, a job that only puts
 
 
-class QueueServant(LinkingServant):
+class QueueServant(LaneOps, LinkingServant):
     """The state of one queue, in its creator's hub: its channel, or (``lane``) the
     queue's lane, on which it acts for the processes that cannot reach it."""
-
-    lane: QueueLane | None = None
 
     def __init__(self, maxsize: int, joinable: bool = False, lane: QueueLane | None = None) -> None:
         super().__init__()
         if lane is not None:
-            self.lane = lane
-            self.waits = Waits()
-            self._calls = itertools.count()
+            self._use_lane(lane)
         self.channel = Channel(maxsize)
         self.done = 0
         self.joiners: list = []
@@ -142,65 +138,9 @@ class QueueServant(LinkingServant):
                 return
         request.reply()
 
-    # -- a lane's queue, for processes that cannot reach the lane ---------------------------
-    def op_lane_put(self, request, payload: Payload, block: bool = True, timeout: float | None = None) -> None:
-        if not self.lane.state.maxsize:  # never waits
-            self.lane.put(payload)
-            request.reply()
-            return
-        self._wait(request, lambda seconds: self.lane.put(payload, True, seconds), timeout, queue.Full(),
-                   catch=queue.Full, block=block)
-
-    def op_lane_get(self, request, block: bool = True, timeout: float | None = None) -> None:
-        payload = self.lane.lane.receive(0.0)  # (there already: answered on this thread)
-        if payload is not None and payload is not EOF:
-            self.lane.state.taken()
-            request.reply(payload)
-            return
-        self._wait(request, lambda seconds: self.lane.get(True, seconds), timeout, queue.Empty(),
-                   catch=queue.Empty, block=block, undo=self.lane.send)
-
-    def op_lane_put_many(self, request, payloads: list) -> None:
-        """Puts of a process of another machine (an unbounded queue's), in their order."""
-        for payload in payloads:
-            self.lane.put(payload)
-        request.reply()
-
-    def op_lane_feed(self, request, payloads: list) -> None:
-        """What a job that left had put, counted but not yet in the lane."""
-        for payload in payloads:
-            self.lane.send(payload)
-        request.reply()
-
-    def op_lane_qsize(self, request) -> None:
-        request.reply(self.lane.state.qsize())
-
-    def op_lane_empty(self, request) -> None:
-        request.reply(self.lane.empty())
-
-    def op_lane_task_done(self, request) -> None:
-        self.lane.state.task_done()
-        request.reply()
-
-    def op_lane_join(self, request) -> None:
-        self._wait(request, lambda seconds: self.lane.state.join(seconds) or NOT_YET, None, None)
-
-    def _wait(self, request, attempt, timeout, timed_out, catch=(), block=True, undo=None) -> None:
-        def attempt_once(seconds):
-            try:
-                result = attempt(seconds if block else 0.0)
-            except catch:
-                return NOT_YET if block else timed_out
-            return NOT_YET if result is NOT_YET else (True if result is None else result)
-        if not block:
-            request.reply(attempt_once(0.0))
-            return
-        self.waits.start(request, (request.peer, next(self._calls)), attempt_once, timeout,
-                         timed_out, undo=undo)
-
     def peer_lost(self, peer: int) -> None:
         if self.lane is not None:
-            self.waits.cancel_peer(peer)
+            self._lane_peer_lost(peer)
             return
         for slot, link in self.links_of(peer):
             self._link_lost(slot, link)
@@ -297,7 +237,7 @@ class Queue:
         if self._lane is not None:
             return self._lane.get(block, timeout).unpack()
         if self._place is not None:
-            return _raised(self._ref.call("lane_get", block, timeout)).unpack()
+            return lending.reader(self._ref).get(block, timeout).unpack()
         return route.receive(self._ref, GET, self._servant, block, timeout).unpack()
 
     def put_nowait(self, obj: Any) -> None:
@@ -403,7 +343,7 @@ class SimpleQueue:
         if self._lane is not None:
             return self._lane.get().unpack()
         if self._place is not None:
-            return _raised(self._ref.call("lane_get", True, None)).unpack()
+            return lending.reader(self._ref).get().unpack()
         return route.receive(self._ref, GET, self._servant).unpack()
 
     def empty(self) -> bool:
@@ -452,6 +392,7 @@ def _rebuild(cls: type, ref: ObjectRef, maxsize: int, place: Any = None) -> Any:
         lane = QueueLane.at(*place)
         if lane.lane is not None:
             lane.feeder.ref = ref
+            lane.take_front = lambda most: ref.call("lane_front", most)
             obj._lane = lane
     handles.loaded(obj, ref)
     return obj

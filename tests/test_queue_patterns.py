@@ -139,6 +139,33 @@ def test_a_process_that_cannot_reach_the_lane_uses_the_queue_through_its_creator
     assert q.empty()
 
 
+@pytest.mark.parametrize("how", ["killed", "stalled"])
+def test_a_reader_of_another_machine_gets_batches_and_what_it_did_not_take_comes_back(how):
+    """A sole consumer of another machine gets items in batches through the creator's hub;
+    what it holds and has not taken goes back to the queue when it is killed, or to the
+    queue's head when it stops getting: every item is got once, by it or by the parent."""
+    total, taken = 2000, 300
+    q, out, ready = fiberlite.Queue(), fiberlite.Queue(), fiberlite.Event()
+    for i in range(total):
+        q.put(i)
+    p = fiberlite.Process(target=pattern_jobs.remote_batch_reader,
+                          args=(dumps_bytes(q), taken, out, ready, how == "stalled"))
+    p.start()
+    got, held = out.get(timeout=60)
+    assert got == list(range(taken))
+    assert held > 0, "the reader got no batch: nothing was tested"
+    assert ready.wait(60)
+    if how == "killed":  # (only its death gives back what it holds)
+        os.kill(p.pid, signal.SIGKILL)
+    rest = [q.get(timeout=30) for _ in range(total - taken)]
+    assert sorted(got + rest) == list(range(total)), "items lost or got twice"
+    if how == "stalled":
+        assert rest == list(range(taken, total))
+    assert q.empty()
+    p.kill()
+    p.join(30)
+
+
 def test_a_joinable_queue_through_the_hub_counts_task_done():
     q, out = fiberlite.JoinableQueue(), fiberlite.Queue()
     for i in range(5):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 
 import fiberlite
 import fiberlite.queues
@@ -123,3 +124,27 @@ def ticketed_run(ctx, kind: str, writers: int, count: int) -> list:
         p.join(120)
         assert p.exitcode == 0
     return got
+
+
+def remote_batch_reader(blob: bytes, count: int, out, ready, stall: bool) -> None:
+    """As a process of another machine: get ``count`` items of the queue in ``blob``,
+    report them and how many more this process holds (got in batches, not yet taken);
+    ``stall``: wait until it has given those back for not taking them, else keep them
+    (until it is killed). Then set ``ready`` and wait to be killed."""
+    from fiberlite.runtime.lanes import lending
+    fiberlite.init(share_machine=False)
+    lending.HOLD_SECONDS = 0.1 if stall else 600.0
+    q = pickle.loads(blob)
+    assert q._lane is None
+    got = [q.get(timeout=60) for _ in range(count)]
+    reader = lending.reader(q._ref)
+    out.put((got, len(reader._held)))
+    out.close()
+    out.join_thread()  # (the report has reached the parent)
+    if stall:
+        deadline = time.monotonic() + 60
+        while reader._held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        q.qsize()  # (a call to the hub: the give-back sent before it is handled)
+    ready.set()
+    time.sleep(600)

@@ -28,7 +28,7 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ...wire.link.awake import Awake
 from ..links.frames import EOF, item_frame, read_frame
@@ -49,6 +49,9 @@ _POLL_OUT = select.POLLOUT
 # thread is raised in the main thread within a slice, as by the stdlib's waits
 SIGNAL_SLICE = 0.02
 _MAIN = threading.main_thread().ident
+# readers of one lane that may look awake at once (:attr:`Lane.waiting`): one CPU is left
+# for the writer, so that spinning readers never take it from the one they wait for
+SPINNERS = max(1, len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) - 1)
 
 
 def available() -> bool:
@@ -87,11 +90,15 @@ def _make_room(writing: socket.socket) -> None:
 class Lane:
     """This process's view of a lane: its writing and/or reading socket."""
 
-    __slots__ = ("writing", "reading", "_poll_in", "_awake", "__weakref__")
+    __slots__ = ("writing", "reading", "waiting", "_poll_in", "_awake", "__weakref__")
 
     def __init__(self, writing: socket.socket | None, reading: socket.socket | None) -> None:
         self.writing = writing
         self.reading = reading
+        # (add, address): a count in shared memory of the readers waiting on the lane,
+        # which ``add(address, delta)`` changes atomically (returning the old count);
+        # only the first :data:`SPINNERS` of them look awake. None: every reader does
+        self.waiting: tuple[Callable[[int, int], int], int] | None = None
         self._poll_in: Any = None
         self._awake = Awake()  # a read looks awake before it sleeps
 
@@ -159,9 +166,10 @@ class Lane:
         return bool(poller.poll(None if timeout is None else max(0, int(timeout * 1000))))
 
     # -- receiving ---------------------------------------------------------------------
-    def receive(self, timeout: float | None = None) -> Any:
+    def receive(self, timeout: float | None = None, wake: Callable[[], bool] | None = None) -> Any:
         """The next message: a Payload, None after ``timeout`` (0: do not wait), or
-        :data:`~fiberlite.runtime.links.frames.EOF` once every writer has gone."""
+        :data:`~fiberlite.runtime.links.frames.EOF` once every writer has gone; a wait
+        also ends (None) at the end of a slice (:data:`SIGNAL_SLICE`) when ``wake()``."""
         sock = self.reading
         try:
             data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
@@ -169,9 +177,22 @@ class Lane:
         except BlockingIOError:
             if timeout is not None and timeout <= 0:
                 return None
-        got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW), self._readable_now)
-        if got is not None:
-            return self._decode(got[0], got[1])
+        waiting = self.waiting
+        if waiting is None:
+            return self._wait(timeout, True, wake)
+        add, address = waiting
+        try:
+            return self._wait(timeout, add(address, 1) < SPINNERS, wake)
+        finally:
+            add(address, -1)
+
+    def _wait(self, timeout: float | None, look: bool, wake: Callable[[], bool] | None) -> Any:
+        """:meth:`receive` once nothing was there: looking awake first when ``look``."""
+        sock = self.reading
+        if look:
+            got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW), self._readable_now)
+            if got is not None:
+                return self._decode(got[0], got[1])
         # a blocking read: the kernel wakes one waiting reader per message (a poll would
         # wake them all); it returns every SIGNAL_SLICE (the socket's receive timeout),
         # so that a Ctrl-C meant for this thread is raised within a slice
@@ -187,6 +208,8 @@ class Lane:
             try:
                 data, ancillary, _, _ = sock.recvmsg(_RECV_SIZE, _FD_SPACE, flags)
             except BlockingIOError:  # a slice passed, or another reader was first
+                if wake is not None and wake():
+                    return None
                 continue
             return self._decode(data, ancillary)
 
