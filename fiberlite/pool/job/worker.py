@@ -23,7 +23,7 @@ from ...errors import ConnectionLost
 from ...wire.codec import dumps_bytes, short_repr
 from ..chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failure, unpack
 
-BATCH_SECONDS = 0.005  # ask for about this much work at a time
+BATCH_SECONDS = 0.02  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
 WATCH_PERIOD = 0.5  # while tasks keep finishing, the watchdog looks at most this often
@@ -129,7 +129,8 @@ class _Worker:
         self.result_size = 0.0  # pickled bytes of a chunk's result, smoothed
         self.lock = threading.Lock()  # queue and outstanding, shared with the watchdog
         self.current: tuple | None = None  # (chunk, start time) of the running chunk
-        self.watch_idle = False
+        self.watch_idle = False  # the watchdog sleeps until woken (no chunk started for a while)
+        self.started = 0  # chunks started so far: the watchdog's sign that tasks keep coming
         self.wake = threading.Event()
         self.halt = threading.Event()
         threading.Thread(target=self._watch, name="fiberlite-pool-watchdog", daemon=True).start()
@@ -261,6 +262,7 @@ class _Worker:
                     and (self.budget is None or self.budget > 0)):
                 self._ask(self._want(), prefetch=True)  # the next batch travels while this one runs
             self.current = (chunk, time.monotonic())
+            self.started += 1
             if self.watch_idle and (queue or self.outstanding is not None):
                 self.wake.set()
             return chunk
@@ -306,16 +308,26 @@ class _Worker:
         """Give back queued chunks when the running one overruns ``GIVEBACK_AFTER``.
 
         A chunk seen running at one look is watched until its deadline; one not seen
-        before waits for the next look, ``WATCH_PERIOD`` later. So a long task gives back
-        what waits behind it 0.1-0.5 s after it started, and a worker whose tasks are
-        short wakes its watchdog twice a second, not at every task."""
+        before waits for the next look, ``WATCH_PERIOD`` later. While chunks keep
+        starting, a look that finds nothing exposed is followed by the next one a period
+        later; only after a period in which none started does the watchdog sleep until
+        the main thread wakes it. So a long task gives back what waits behind it 0.1-0.6 s
+        after it started, and a worker whose tasks are short wakes its watchdog twice a
+        second, not at every task."""
         watched = None
+        seen = -1  # self.started at the last look
         while not self.halt.is_set():
-            self.watch_idle = True
             if not self._exposed():
-                self.wake.wait()
-                self.wake.clear()
-            self.watch_idle = False
+                if self.started != seen:
+                    seen = self.started
+                    self.halt.wait(WATCH_PERIOD)
+                    continue
+                self.watch_idle = True
+                if not self._exposed():
+                    self.wake.wait()
+                    self.wake.clear()
+                self.watch_idle = False
+            seen = self.started
             current = self.current
             if current is None or not self._exposed():
                 continue
