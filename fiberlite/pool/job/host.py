@@ -39,7 +39,6 @@ from ...runtime.limits import raise_open_file_limit
 from ...wire.codec import dumps_bytes
 from .framing import FrameSocket
 from .template import MAX_MESSAGE
-from .upstream import send_message
 
 
 def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
@@ -177,9 +176,8 @@ class Host:
         except (EOFError, OSError):
             self._drop(wid)  # it ended: the template reports how
             return
-        for frame in frames:
-            seq, method, args = pickle.loads(frame)
-            batch.append((wid, seq, method, args))
+        for frame in frames:  # passed on as it came: the relay loads it
+            batch.append((wid, frame))
 
     def _drain_wake(self) -> None:
         try:
@@ -229,19 +227,15 @@ class Host:
 
     def _apply(self, item: tuple) -> None:
         kind = item[0]
-        if kind == "reply":
-            _, wid, seq, ok, value = item
+        if kind == "reply":  # the answer's frame, as the relay made it
+            _, wid, frame = item
             conn = self.conns.get(wid)
             if conn is None:
                 return
             try:
-                send_message(conn, (seq, ok, value))
+                conn.send_bytes(frame)
             except OSError:
                 pass  # it just ended
-            except Exception as exc:  # never leave a worker waiting: it ends, its work goes on
-                sys.stderr.write(f"fiberlite pool host: cannot hand worker {wid} its answer: "
-                                 f"{exc!r}\n")
-                conn.close()
         elif kind == "start":
             self._fork(item[1], replacing=True)
         else:  # retire a place
