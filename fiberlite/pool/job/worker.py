@@ -25,6 +25,7 @@ from ..chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failur
 
 BATCH_SECONDS = 0.02  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
+PREFETCH_BELOW = BATCH_SECONDS / 2  # ... asked for once the queue holds less work than this
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
 WATCH_PERIOD = 0.5  # while tasks keep finishing, the watchdog looks at most this often
 RESULT_DELAY = 0.02  # results wait at most about this long to share a message
@@ -257,10 +258,8 @@ class _Worker:
                 ctx, self.outstanding = self.outstanding, None
                 self._absorb(self._finish(ctx))  # a prefetch's answer is prompt (maybe empty)
             chunk = queue.popleft()
-            ema = self.ema
-            if (self.outstanding is None and ema is not None and ema < PREFETCH_LIMIT
-                    and (self.budget is None or self.budget > 0)):
-                self._ask(self._want(), prefetch=True)  # the next batch travels while this one runs
+            if self._may_prefetch() and len(queue) * self.ema < PREFETCH_BELOW:
+                self._ask(self._want(), prefetch=True)  # the next batch travels while these run
             self.current = (chunk, time.monotonic())
             self.started += 1
             if self.watch_idle and (queue or self.outstanding is not None):
@@ -298,7 +297,22 @@ class _Worker:
         if len(self.entries) == 1:
             self.oldest = now
         elif now - self.oldest > RESULT_DELAY:
-            self._flush()
+            self._send_results()
+
+    def _may_prefetch(self) -> bool:
+        """Whether a request for more work may go before the queue runs dry (lock held)."""
+        ema = self.ema
+        return (self.outstanding is None and ema is not None and ema < PREFETCH_LIMIT
+                and not self.exiting and (self.budget is None or self.budget > 0))
+
+    def _send_results(self) -> None:
+        """Results that waited long enough: with a request for the next batch when one
+        may go (one message instead of two), else on their own."""
+        with self.lock:
+            if self._may_prefetch():
+                self._ask(self._want(), prefetch=True)
+                return
+        self._flush()
 
     # -- the watchdog -------------------------------------------------------------------------
     def _exposed(self) -> bool:
