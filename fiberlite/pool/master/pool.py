@@ -21,14 +21,14 @@ accumulates tasks that an idle one could run.
   work is pending the request is kept (parked) and answered when work arrives: no
   polling, and the hub thread never blocks.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
-  about 5 ms of work and sends its next request (a *prefetch*) as soon as it starts a
-  batch, so one batch travels while the other runs; a prefetch is answered at once,
-  empty if there is no work, so results never wait behind it. For long tasks it asks
-  for one chunk when idle. The master never hands a worker more than a fair share of
-  what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
-  watchdog gives them back (``giveback``), 0.1-0.5 s after the task started: while tasks
-  keep finishing it looks twice a second. Results a long batch would delay are sent
-  one-way (``done``) after 20 ms.
+  about 20 ms of work and sends its next request (a *prefetch*) once less than half of
+  that is queued, so one batch travels while the other runs; a prefetch is answered at
+  once, empty if there is no work, so results never wait behind it. For long tasks it
+  asks for one chunk when idle. The master never hands a worker more than a fair share
+  of what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
+  watchdog gives them back (``giveback``), 0.1-0.6 s after the task started: while tasks
+  keep finishing it looks twice a second. Results wait at most 20 ms: then they leave
+  with a prefetch if one may go, else one-way (``done``).
 * The master records, per worker, the chunks it holds. When a worker dies (its
   connection drops, or its job exits) they go back to the front of the queue and a
   replacement is started; results carry chunk ids and are placed by position, so each
