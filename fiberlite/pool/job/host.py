@@ -38,7 +38,7 @@ from ...runtime.launcher import preparation
 from ...runtime.limits import raise_open_file_limit
 from ...wire.codec import dumps_bytes
 from .framing import FrameSocket
-from .template import MAX_MESSAGE
+from .template import JOB_MARK, MAX_MESSAGE
 
 
 def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
@@ -77,7 +77,8 @@ class Host:
             template = subprocess.Popen(
                 [sys.executable, "-c", "from fiberlite.pool.job.template import main; main()",
                  str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                env=dict(os.environ, **{JOB_MARK: "template"}))  # imports as a job does
         finally:
             theirs.close()
         prep = preparation(current_process().name)
