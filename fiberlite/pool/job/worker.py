@@ -127,6 +127,7 @@ class _Worker:
         self.values: list = []  # results of the entries whose failure is None
         self.oldest = 0.0  # when the oldest unsent result was made
         self.ema: float | None = None  # seconds per chunk, smoothed
+        self.ema_gid = 0  # the call whose chunks it was measured on
         self.result_size = 0.0  # pickled bytes of a chunk's result, smoothed
         self.lock = threading.Lock()  # queue and outstanding, shared with the watchdog
         self.current: tuple | None = None  # (chunk, start time) of the running chunk
@@ -292,8 +293,10 @@ class _Worker:
         self.current = None
         now = time.perf_counter()
         elapsed = now - started
-        ema = self.ema
-        self.ema = elapsed if ema is None else 0.7 * ema + 0.3 * elapsed
+        ema = self.ema  # a new call's first chunk starts the estimate afresh: its tasks
+        fresh = ema is None or gid != self.ema_gid  # may take nothing like the last call's
+        self.ema = elapsed if fresh else 0.7 * ema + 0.3 * elapsed
+        self.ema_gid = gid
         if len(self.entries) == 1:
             self.oldest = now
         elif now - self.oldest > RESULT_DELAY:
