@@ -62,3 +62,11 @@ def test_results_due_to_leave_go_one_way_when_a_request_is_in_flight():
     worker._run((2, 1, pack([-2])))
     ((method, (wid, entries, values)),) = worker.up.sent
     assert (method, wid, entries, unpack(values)) == ("done", 1, [(1, None), (2, None)], [[1], [2]])
+
+
+def test_a_new_calls_first_chunk_sizes_the_batches_afresh():
+    worker = _worker(0.05)  # the last call's tasks took 50 ms: one chunk at a time
+    worker.functions[2] = ("map", abs)
+    assert worker._want() == 1
+    worker._run((1, 2, pack([-1])))  # a chunk of another call, done in microseconds
+    assert worker.ema < 0.001 and worker._want() > 1
