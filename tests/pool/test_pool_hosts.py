@@ -14,6 +14,7 @@ import pytest
 
 import fiberlite
 from fiberlite.pool import BrokenPoolError, Pool, WorkerLostError
+from fiberlite.pool.job.upstream import dump_message, load_message
 from waiting import eventually
 from interpreters import run_python
 
@@ -272,23 +273,42 @@ def test_a_post_is_answered_with_its_answers_and_the_poll_with_what_comes_later(
     assert not poll.answered  # nothing ready: the poll waits
 
     post = _Answer(-7)  # worker 1 wants work; none yet, so it waits at the dispatcher
-    relay.op_post(post, 7, [(1, 5, "next", (1, [], None, 1, False))])
+    relay.op_post(post, 7, [(1, dump_message((5, "next", (1, [], None, 1, False))))])
     assert post.value == [] and not poll.answered
 
     group = dispatcher.new_group("map", pack_call("map", abs, "map"), "abs", sink=None)
     dispatcher.submit(group, [dispatcher.make_chunk(group, i, 1, pack([i])) for i in range(3)],
                       seal=True, new=True)
     assert poll.answered  # work came between posts: the parked poll carries worker 1's
-    ((kind, wid, seq, ok, (chunks, functions, _, more)),) = poll.value
+    ((kind, wid, frame),) = poll.value  # its answer framed for the host to pass on as it is
+    seq, ok, (chunks, functions, _, more) = load_message(frame)
     assert (kind, wid, seq, ok, [c[0] for c in chunks]) == ("reply", 1, 5, True, [1])
     assert list(functions) == [group.gid] and more  # two chunks still pending
 
     post = _Answer(-7)  # worker 1 returns its result and asks again; worker 2 asks
-    relay.op_post(post, 7, [(1, 6, "next", (1, [(chunks[0][0], None)], pack([[0]]), 1, False)),
-                            (2, 1, "next", (2, [], None, 1, False))])
-    assert sorted((item[1], item[2]) for item in post.value) == [(1, 6), (2, 1)]
-    handed = sorted(c[0] for item in post.value for c in item[4][0])
+    relay.op_post(post, 7, [
+        (1, dump_message((6, "next", (1, [(chunks[0][0], None)], pack([[0]]), 1, False)))),
+        (2, dump_message((1, "next", (2, [], None, 1, False))))])
+    answers = {item[1]: load_message(item[2]) for item in post.value}
+    assert sorted((wid, answer[0]) for wid, answer in answers.items()) == [(1, 6), (2, 1)]
+    handed = sorted(c[0] for answer in answers.values() for c in answer[2][0])
     assert handed == [2, 3]  # the other two chunks, one each, in the post's own answer
+
+
+def test_a_frame_the_relay_cannot_load_is_skipped_and_the_post_answered():
+    """A worker's frame that is not a pickle is logged and dropped; the host's other
+    messages are served and its post is answered (the host never stops posting)."""
+    from fiberlite.pool.master.dispatch import Dispatcher
+    from fiberlite.pool.master.relay import HostRelay
+    dispatcher = Dispatcher(lambda results: None)
+    relay = HostRelay(dispatcher, lambda hid: None, lambda: None)
+    dispatcher.add_worker(1)
+    relay.add_host(7, [1])
+    post = _Answer(-7)
+    relay.op_post(post, 7, [(1, b"not a pickle"), (1, dump_message((2, "next", (1, [], None, 0, False))))])
+    assert post.answered
+    ((kind, wid, frame),) = post.value  # want 0: the worker is told to retire
+    assert (kind, wid, load_message(frame)) == ("reply", 1, (2, True, None))
 
 
 def test_hosted_workers_in_pool_pool_say_whether_they_are_alive():

@@ -38,8 +38,7 @@ from ...runtime.launcher import preparation
 from ...runtime.limits import raise_open_file_limit
 from ...wire.codec import dumps_bytes
 from .framing import FrameSocket
-from .template import MAX_MESSAGE
-from .upstream import send_message
+from .template import JOB_MARK, MAX_MESSAGE
 
 
 def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
@@ -78,7 +77,8 @@ class Host:
             template = subprocess.Popen(
                 [sys.executable, "-c", "from fiberlite.pool.job.template import main; main()",
                  str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                env=dict(os.environ, **{JOB_MARK: "template"}))  # imports as a job does
         finally:
             theirs.close()
         prep = preparation(current_process().name)
@@ -177,9 +177,8 @@ class Host:
         except (EOFError, OSError):
             self._drop(wid)  # it ended: the template reports how
             return
-        for frame in frames:
-            seq, method, args = pickle.loads(frame)
-            batch.append((wid, seq, method, args))
+        for frame in frames:  # passed on as it came: the relay loads it
+            batch.append((wid, frame))
 
     def _drain_wake(self) -> None:
         try:
@@ -229,19 +228,15 @@ class Host:
 
     def _apply(self, item: tuple) -> None:
         kind = item[0]
-        if kind == "reply":
-            _, wid, seq, ok, value = item
+        if kind == "reply":  # the answer's frame, as the relay made it
+            _, wid, frame = item
             conn = self.conns.get(wid)
             if conn is None:
                 return
             try:
-                send_message(conn, (seq, ok, value))
+                conn.send_bytes(frame)
             except OSError:
                 pass  # it just ended
-            except Exception as exc:  # never leave a worker waiting: it ends, its work goes on
-                sys.stderr.write(f"fiberlite pool host: cannot hand worker {wid} its answer: "
-                                 f"{exc!r}\n")
-                conn.close()
         elif kind == "start":
             self._fork(item[1], replacing=True)
         else:  # retire a place

@@ -31,9 +31,13 @@ import threading
 from typing import NoReturn
 
 MAX_MESSAGE = 1 << 20  # bytes of one control message (a preparation is the largest)
+# set by the host for the template's start only: fiberlite then imports what a job
+# imports (not asyncio, which pynng would pull in), and the workers do not inherit it
+JOB_MARK = "FIBERLITE_JOB"
 
 
 def main() -> None:
+    os.environ.pop(JOB_MARK, None)
     # Ctrl-C reaches the whole process group: the template ends when its host does
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = socket.socket(fileno=int(sys.argv[1]))

@@ -27,14 +27,34 @@ from .framing import FrameSocket, widen
 HANDSHAKE_TIMEOUT = 10.0  # seconds a nearby worker gives the master to take its connection
 
 
+def dump_message(message: Any) -> bytes:
+    """One message between a host and its worker, as it travels. Pickle protocol 5:
+    payloads of large arrays and bytes (pickle buffers) travel in band. The host passes
+    these frames on as they are: the master loads a worker's requests and dumps its
+    answers (:func:`dump_answer`)."""
+    return pickle.dumps(message, PROTOCOL)
+
+
+def load_message(frame: bytes) -> Any:
+    return pickle.loads(frame)
+
+
+def dump_answer(seq: int, ok: bool, value: Any) -> bytes:
+    """The frame of the answer to a worker's request ``seq``; an answer that cannot be
+    pickled is an error for the worker instead (it is never left waiting)."""
+    try:
+        return pickle.dumps((seq, ok, value), PROTOCOL)
+    except Exception as exc:
+        return pickle.dumps((seq, False, RuntimeError(f"the pool's answer could not be pickled: "
+                                                      f"{exc!r}")), PROTOCOL)
+
+
 def send_message(conn: Any, message: Any) -> None:
-    """One message between a host and its worker. Pickle protocol 5: payloads of large
-    arrays and bytes (pickle buffers) travel in band."""
-    conn.send_bytes(pickle.dumps(message, PROTOCOL))
+    conn.send_bytes(dump_message(message))
 
 
 def receive_message(conn: Any) -> Any:
-    return pickle.loads(conn.recv_bytes())
+    return load_message(conn.recv_bytes())
 
 
 class HubUpstream:

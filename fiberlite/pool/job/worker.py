@@ -23,8 +23,9 @@ from ...errors import ConnectionLost
 from ...wire.codec import dumps_bytes, short_repr
 from ..chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failure, unpack
 
-BATCH_SECONDS = 0.005  # ask for about this much work at a time
+BATCH_SECONDS = 0.02  # ask for about this much work at a time
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
+PREFETCH_BELOW = BATCH_SECONDS / 2  # ... asked for once the queue holds less work than this
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
 WATCH_PERIOD = 0.5  # while tasks keep finishing, the watchdog looks at most this often
 RESULT_DELAY = 0.02  # results wait at most about this long to share a message
@@ -127,10 +128,12 @@ class _Worker:
         self.values: list = []  # results of the entries whose failure is None
         self.oldest = 0.0  # when the oldest unsent result was made
         self.ema: float | None = None  # seconds per chunk, smoothed
+        self.ema_gid = 0  # the call whose chunks it was measured on
         self.result_size = 0.0  # pickled bytes of a chunk's result, smoothed
         self.lock = threading.Lock()  # queue and outstanding, shared with the watchdog
         self.current: tuple | None = None  # (chunk, start time) of the running chunk
-        self.watch_idle = False
+        self.watch_idle = False  # the watchdog sleeps until woken (no chunk started for a while)
+        self.started = 0  # chunks started so far: the watchdog's sign that tasks keep coming
         self.wake = threading.Event()
         self.halt = threading.Event()
         threading.Thread(target=self._watch, name="fiberlite-pool-watchdog", daemon=True).start()
@@ -257,11 +260,10 @@ class _Worker:
                 ctx, self.outstanding = self.outstanding, None
                 self._absorb(self._finish(ctx))  # a prefetch's answer is prompt (maybe empty)
             chunk = queue.popleft()
-            ema = self.ema
-            if (self.outstanding is None and self.more and ema is not None
-                    and ema < PREFETCH_LIMIT and (self.budget is None or self.budget > 0)):
-                self._ask(self._want(), prefetch=True)  # the next batch travels while this one runs
+            if self._may_prefetch() and len(queue) * self.ema < PREFETCH_BELOW:
+                self._ask(self._want(), prefetch=True)  # the next batch travels while these run
             self.current = (chunk, time.monotonic())
+            self.started += 1
             if self.watch_idle and (queue or self.outstanding is not None):
                 self.wake.set()
             return chunk
@@ -292,12 +294,29 @@ class _Worker:
         self.current = None
         now = time.perf_counter()
         elapsed = now - started
-        ema = self.ema
-        self.ema = elapsed if ema is None else 0.7 * ema + 0.3 * elapsed
+        ema = self.ema  # a new call's first chunk starts the estimate afresh: its tasks
+        fresh = ema is None or gid != self.ema_gid  # may take nothing like the last call's
+        self.ema = elapsed if fresh else 0.7 * ema + 0.3 * elapsed
+        self.ema_gid = gid
         if len(self.entries) == 1:
             self.oldest = now
         elif now - self.oldest > RESULT_DELAY:
-            self._flush()
+            self._send_results()
+
+    def _may_prefetch(self) -> bool:
+        """Whether a request for more work may go before the queue runs dry (lock held)."""
+        ema = self.ema
+        return (self.outstanding is None and self.more and ema is not None and ema < PREFETCH_LIMIT
+                and not self.exiting and (self.budget is None or self.budget > 0))
+
+    def _send_results(self) -> None:
+        """Results that waited long enough: with a request for the next batch when one
+        may go (one message instead of two), else on their own."""
+        with self.lock:
+            if self._may_prefetch():
+                self._ask(self._want(), prefetch=True)
+                return
+        self._flush()
 
     # -- the watchdog -------------------------------------------------------------------------
     def _exposed(self) -> bool:
@@ -307,16 +326,26 @@ class _Worker:
         """Give back queued chunks when the running one overruns ``GIVEBACK_AFTER``.
 
         A chunk seen running at one look is watched until its deadline; one not seen
-        before waits for the next look, ``WATCH_PERIOD`` later. So a long task gives back
-        what waits behind it 0.1-0.5 s after it started, and a worker whose tasks are
-        short wakes its watchdog twice a second, not at every task."""
+        before waits for the next look, ``WATCH_PERIOD`` later. While chunks keep
+        starting, a look that finds nothing exposed is followed by the next one a period
+        later; only after a period in which none started does the watchdog sleep until
+        the main thread wakes it. So a long task gives back what waits behind it 0.1-0.6 s
+        after it started, and a worker whose tasks are short wakes its watchdog twice a
+        second, not at every task."""
         watched = None
+        seen = -1  # self.started at the last look
         while not self.halt.is_set():
-            self.watch_idle = True
             if not self._exposed():
-                self.wake.wait()
-                self.wake.clear()
-            self.watch_idle = False
+                if self.started != seen:
+                    seen = self.started
+                    self.halt.wait(WATCH_PERIOD)
+                    continue
+                self.watch_idle = True
+                if not self._exposed():
+                    self.wake.wait()
+                    self.wake.clear()
+                self.watch_idle = False
+            seen = self.started
             current = self.current
             if current is None or not self._exposed():
                 continue

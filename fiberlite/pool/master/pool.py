@@ -23,15 +23,15 @@ accumulates tasks that an idle one could run.
   master's machine sends such a request that waits for work over a Unix socket of the
   master's (:mod:`.nearby`) instead of the hub; workers in a host job, through their host.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
-  about 5 ms of work and sends its next request (a *prefetch*) as soon as it starts a
-  batch, so one batch travels while the other runs, as long as the master said more
-  work is to come (the reply's ``more``); a prefetch is answered at once, empty if
-  there is no work. For long tasks it asks
-  for one chunk when idle. The master never hands a worker more than a fair share of
-  what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
-  watchdog gives them back (``giveback``), 0.1-0.5 s after the task started: while tasks
-  keep finishing it looks twice a second. Results a long batch would delay are sent
-  one-way (``done``) after 20 ms.
+  about 20 ms of work and sends its next request (a *prefetch*) once less than half of
+  that is queued, as long as the master said more work is to come (the reply's
+  ``more``), so one batch travels while the other runs; a prefetch is answered at
+  once, empty if there is no work, so results never wait behind it. For long tasks it
+  asks for one chunk when idle. The master never hands a worker more than a fair share
+  of what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
+  watchdog gives them back (``giveback``), 0.1-0.6 s after the task started: while tasks
+  keep finishing it looks twice a second. Results wait at most 20 ms: then they leave
+  with a prefetch if one may go, else one-way (``done``).
 * The master records, per worker, the chunks it holds. When a worker dies (its
   connection drops, or its job exits) they go back to the front of the queue and a
   replacement is started; results carry chunk ids and are placed by position, so each

@@ -15,11 +15,15 @@ whose connection drops, loses every worker it still ran.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Callable
 
 from ...runtime.hub import Servant
+from ..job.upstream import dump_answer, load_message
 from .dispatch import Dispatcher
+
+log = logging.getLogger(__name__)
 
 
 class _HostState:
@@ -48,12 +52,12 @@ class HostedRequest:
         self.peer = -wid  # one connection per worker, as far as the dispatcher can tell
 
     def reply(self, value: Any = None) -> None:
-        if self.seq:
-            self.relay.answer(self.host, ("reply", self.wid, self.seq, True, value))
+        if self.seq:  # framed here: the host passes the frame on as it is
+            self.relay.answer(self.host, ("reply", self.wid, dump_answer(self.seq, True, value)))
 
     def fail(self, exc: BaseException) -> None:
         if self.seq:
-            self.relay.answer(self.host, ("reply", self.wid, self.seq, False, exc))
+            self.relay.answer(self.host, ("reply", self.wid, dump_answer(self.seq, False, exc)))
 
 
 class HostedWorker:
@@ -150,9 +154,10 @@ class HostRelay(Servant):
 
     # -- operations of the hosts -------------------------------------------------------------------
     def op_post(self, request: Any, hid: int, messages: list) -> None:
-        """What a host's workers sent: ``(wid, seq, method, args)`` each. Answered with
-        the host's outbox (which the answers to these messages are in), or None if the
-        host is gone."""
+        """What a host's workers sent, ``(wid, frame)`` each as the worker framed
+        ``(seq, method, args)``, and what the host saw of them, ``(wid, 0, method,
+        args)``. Answered with the host's outbox (which the answers to these messages
+        are in), or None if the host is gone."""
         with self._lock:
             host = self.hosts.get(hid)
             if host is not None:
@@ -165,7 +170,17 @@ class HostRelay(Servant):
             return
         nexts: list = []  # consecutive requests for work, handed to the dispatcher together
         try:
-            for wid, seq, method, args in messages:
+            for message in messages:
+                if len(message) == 2:
+                    wid, frame = message
+                    try:
+                        seq, method, args = load_message(frame)
+                    except Exception:  # never from a worker of ours: nothing to act on
+                        log.exception("pool host %s: a frame of worker %s could not be loaded",
+                                      hid, wid)
+                        continue
+                else:
+                    wid, seq, method, args = message
                 if method == "next":
                     nexts.append((HostedRequest(self, host, wid, seq), args))
                     continue

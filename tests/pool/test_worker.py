@@ -1,0 +1,82 @@
+"""A pool worker's requests: how much it asks for, and when (no pool, no process)."""
+from __future__ import annotations
+
+import time
+
+from fiberlite.pool.chunks import pack, unpack
+from fiberlite.pool.job.worker import _Worker
+
+
+class _Upstream:
+    """Stands for the worker's way to the master: keeps what is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, tuple]] = []
+
+    def begin(self, method: str, *args):
+        self.sent.append((method, args))
+        return len(self.sent)
+
+    def cast(self, method: str, *args) -> None:
+        self.sent.append((method, args))
+
+    def finish(self, handle):
+        return [], {}, []
+
+
+def _worker(ema: float) -> _Worker:
+    worker = _Worker(_Upstream(), 1, None)
+    worker.ema = ema
+    worker.more = True  # the master's last answer said more work is to come
+    worker.functions[1] = ("map", abs)
+    return worker
+
+
+def test_a_short_task_worker_asks_for_the_next_batch_once_less_than_half_is_queued():
+    worker = _worker(0.005)  # 5 ms a chunk: a batch of about 20 ms is 5 chunks
+    assert worker._want() == 5
+    worker.queue.extend((cid, 1, pack([-cid])) for cid in range(1, 6))
+    for _ in range(3):  # 4, 3, then 2 chunks queued: 10 ms of work or more
+        worker._next()
+    assert worker.up.sent == []
+    worker._next()  # 1 queued: the next batch is asked for now
+    ((method, (wid, entries, values, want, prefetch)),) = worker.up.sent
+    assert (method, wid, entries, values, want, prefetch) == ("next", 1, [], None, 5, True)
+
+
+def test_no_batch_is_asked_for_ahead_when_the_master_said_no_more_is_to_come():
+    worker = _worker(0.005)
+    worker.more = False
+    worker.queue.extend((cid, 1, pack([-cid])) for cid in range(1, 6))
+    for _ in range(5):
+        worker._next()
+    assert worker.up.sent == []
+
+
+def test_results_due_to_leave_go_with_a_request_for_the_next_batch():
+    worker = _worker(0.005)
+    worker.queue.extend((cid, 1, pack([-cid])) for cid in (2, 3, 4))
+    worker._run((1, 1, pack([-1])))
+    worker.oldest = time.perf_counter() - 1.0  # the first result has waited long enough
+    worker._run(worker.queue.popleft())
+    ((method, (wid, entries, values, want, prefetch)),) = worker.up.sent
+    assert (method, wid, entries, prefetch) == ("next", 1, [(1, None), (2, None)], True)
+    assert unpack(values) == [[1], [2]] and want >= 1
+
+
+def test_results_due_to_leave_go_one_way_when_a_request_is_in_flight():
+    worker = _worker(0.005)
+    worker.outstanding = 99  # a request for work is on its way already
+    worker._run((1, 1, pack([-1])))
+    worker.oldest = time.perf_counter() - 1.0
+    worker._run((2, 1, pack([-2])))
+    ((method, (wid, entries, values)),) = worker.up.sent
+    assert (method, wid, entries, unpack(values)) == ("done", 1, [(1, None), (2, None)], [[1], [2]])
+
+
+def test_a_new_calls_first_chunk_sizes_the_batches_afresh():
+    worker = _worker(0.05)  # the last call's tasks took 50 ms: one chunk at a time
+    worker.functions[2] = ("map", abs)
+    assert worker._want() == 1
+    worker._run((1, 2, pack([-1])))  # a chunk of another call, done in microseconds
+    assert worker.ema < 0.001 and worker._want() > 1
