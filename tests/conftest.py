@@ -72,10 +72,33 @@ def without_lanes(monkeypatch):
     monkeypatch.setattr(shared, "enabled", lambda: False)
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they do
+def pytest_collection_modifyitems(config, items):
+    """A whole run (one that selects the side leg's test) leaves the cluster tests and the
+    benchmark scripts' runs to the side leg (:mod:`side_leg`), which runs them beside it;
+    the tests that collect what ran beside the suite run last."""
+    import side_leg
+    if config.option.collectonly or side_leg.in_leg():
+        return
+    # the tests that wait for what runs beside the suite come last, when it is done
+    items.sort(key=lambda item: item.nodeid.startswith(WAITING_FOR_RUNS_BESIDE))  # (stable)
+    if not any(item.nodeid == side_leg.COLLECTOR for item in items):
+        return
+    leg = [item for item in items if side_leg.belongs(item)]
+    if leg:
+        config.hook.pytest_deselected(items=leg)
+        items[:] = [item for item in items if not side_leg.belongs(item)]
+        config._side_leg_ids = [item.nodeid for item in leg]
+
+
+WAITING_FOR_RUNS_BESIDE = ("tests/test_side_leg.py::", "tests/test_python_versions.py::",
+                           "tests/test_portable_sync.py::test_the_portable_leg_passes")
+
+
 def pytest_collection_finish(session):
-    """When the cross-version tests (or the portable path's leg) are selected, start the
-    other Pythons' subsets (and the leg) now, before any test runs, so that they run
-    beside the rest of the suite (their output goes to files: no descriptor of this
+    """When the cross-version tests (or the portable path's leg, or the side leg) are
+    selected, start the other Pythons' subsets (and the legs) now, before any test runs,
+    so that they run beside the rest of the suite (their output goes to files: no descriptor of this
     process changes while the tests run)."""
     if session.config.option.collectonly:
         return
@@ -86,6 +109,10 @@ def pytest_collection_finish(session):
            for item in session.items):
         import portable_leg
         portable_leg.start()
+    ids = getattr(session.config, "_side_leg_ids", None)
+    if ids:
+        import side_leg
+        side_leg.start(ids)
     _start_docker_setup(session)
 
 
@@ -108,6 +135,10 @@ def _start_docker_setup(session) -> None:
 def pytest_sessionfinish(session):
     import portable_leg
     import python_versions
+    import side_leg
+    side = side_leg.started()
+    if side is not None:
+        side.stop()
     subsets = python_versions.started()
     if subsets is not None:
         subsets.stop()

@@ -12,13 +12,10 @@ CPython's tests of the primitives, Value and Array: about 110 s on its own.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 
-from paths import ROOT
+from side_run import SideRun, launch
 
 ENV = "FIBERLITE_PORTABLE_SYNC"
 FILES = [
@@ -38,21 +35,7 @@ MIN_PASSED = 60  # fewer passing means the leg did not really run
 RUN_SECONDS = 480
 
 
-@dataclass
-class Leg:
-    process: subprocess.Popen
-    output_path: str
-    folder: str
-
-    def output(self) -> str:
-        with open(self.output_path, errors="replace") as file:
-            return file.read()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
+Leg = SideRun  # the leg's run
 
 
 _started: Leg | None = None
@@ -68,11 +51,7 @@ def start() -> Leg:
         command = ["nice", "-n", "5", sys.executable, "-m", "pytest", "-q",
                    "-p", "no:cacheprovider", "-m", "not docker and not kubernetes", "-k", SELECT,
                    *FILES]
-        output_path = os.path.join(folder, "portable.log")
-        with open(output_path, "w") as output:  # a file, not a pipe: nothing held open here
-            process = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stdin=subprocess.DEVNULL,
-                                       stdout=output, stderr=subprocess.STDOUT)
-        _started = Leg(process, output_path, folder)
+        _started = launch(command, env, folder, "portable.log")
     return _started
 
 

@@ -1,0 +1,34 @@
+"""The side leg (:mod:`side_leg`): in a whole run, the cluster tests and the benchmark
+scripts' runs go to a pytest of their own, started when the suite is collected, and
+this test waits for it. Every test sent there must pass or be skipped by its own
+condition: none may be missing from its count."""
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+import side_leg
+
+
+@pytest.mark.timeout(side_leg.RUN_SECONDS + 60)
+def test_the_side_leg_passes():
+    leg = side_leg.started()
+    if leg is None:
+        pytest.skip("no cluster test and no benchmark run is selected with this test: "
+                    "they run in this pytest, if selected")
+    try:
+        leg.process.wait(timeout=side_leg.RUN_SECONDS)
+    except subprocess.TimeoutExpired:
+        leg.process.kill()
+        leg.process.wait()
+        pytest.fail(f"the side leg did not finish within {side_leg.RUN_SECONDS} s:\n{leg.output()[-8000:]}")
+    output = leg.output()
+    summary = output.rstrip().splitlines()[-1] if output.strip() else ""
+    assert leg.process.returncode == 0, f"the side leg failed:\n{output[-12000:]}"
+    counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|skipped)\b", summary)}
+    ran = counts.get("passed", 0) + counts.get("skipped", 0)
+    assert ran == len(leg.ids), (f"the side leg was sent {len(leg.ids)} tests and reports {ran} "
+                                 f"passed or skipped:\n{output[-6000:]}")
+    print(f"side leg: {summary}")
