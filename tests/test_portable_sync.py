@@ -127,3 +127,42 @@ def test_an_install_without_a_c_compiler_succeeds_and_uses_the_portable_path(tmp
     where = subprocess.run([python, "-c", "import fiberlite; print(fiberlite.__file__)"], env=env,
                            cwd=str(tmp_path), capture_output=True, text=True, timeout=60).stdout
     assert where.startswith(venv), where
+
+
+UNREACHABLE = """
+import _multiprocessing, sys
+import fiberlite
+from fiberlite.runtime.shm import arena, portable
+
+def add(value, times, maps):
+    from fiberlite.runtime.shm import attach
+    for _ in range(times):
+        with value.get_lock():
+            value.value += 1
+    maps.put(sum(len(a._maps) for a in attach._attachments.values() if a is not None))
+
+if __name__ == "__main__":
+    value, maps = fiberlite.Value("i", 0), fiberlite.Queue()
+    for segment in arena.arena()._segments.values():  # as seen from a /dev/shm of its own
+        _multiprocessing.sem_unlink(portable._name(segment.map, 0, b"S"))
+    jobs = [fiberlite.Process(target=add, args=(value, 200, maps)) for _ in range(2)]
+    for job in jobs:
+        job.start()
+    mapped = [maps.get(timeout=60) for _ in jobs]
+    for job in jobs:
+        job.join(60)
+    print(value.value, mapped, [job.exitcode for job in jobs])
+"""
+
+
+def test_a_job_that_cannot_open_the_named_semaphores_goes_through_the_hub(tmp_path):
+    """A job of this machine that maps the memory but cannot open its creator's named
+    semaphores (a container with a /dev/shm of its own) leaves the memory unmapped and
+    reaches the value through the creator's hub: the count stays exact."""
+    script = tmp_path / "unreachable.py"
+    script.write_text(UNREACHABLE)
+    env = {**os.environ, portable_leg.ENV: "1", "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "400 [0, 0] [0, 0]", done.stdout + done.stderr

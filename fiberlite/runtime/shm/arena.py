@@ -70,6 +70,8 @@ class Segment:
                 os.close(self.fd)
                 raise
         HEADER.pack_into(self.map, 0, MAGIC, cookie, seg_id)
+        if SHAREABLE:
+            sync.mark_segment(self.map)
         self.used = HEADER_SIZE  # bump pointer (small-block segments)
 
     def close(self) -> None:

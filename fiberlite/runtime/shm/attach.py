@@ -21,6 +21,7 @@ import weakref
 from ...errors import AuthenticationError
 from ...wire import auth
 from .. import identity
+from . import sync
 from .arena import HEADER, MAGIC
 from .door import ANSWER, ENTRY, ID, MAX_IDS, REQUEST, SCHEME
 
@@ -109,6 +110,11 @@ class Attachment:
                 return None
             if magic != MAGIC or cookie != self.cookie or header_id != seg_id:
                 log.warning("segment %d from %s is not the memory it was said to be", seg_id, self.address)
+                return None
+            if not sync.reachable(area):
+                log.info("segment %d from %s: this process cannot open the named semaphores of its "
+                         "locks (a /dev/shm of its own): its objects go through its hub",
+                         seg_id, self.address)
                 return None
             self._maps[seg_id] = area
             return area

@@ -31,11 +31,20 @@ def setup_word(buffer: Any, offset: int) -> None:
     """Nothing to do: any word can be waited on."""
 
 
+def mark_segment(buffer: Any) -> None:
+    """Nothing to mark: a futex lives in the memory itself."""
+
+
+def reachable(buffer: Any) -> bool:
+    """A process that maps the memory can use its locks."""
+    return True
+
+
 def teardown(buffer: Any, offset: int, size: int) -> None:
     """Nothing to do: the memory is all there is."""
 
 
 __all__ = ["HELD", "MAX_SLOT", "MUTEX_BYTES", "SEMAPHORE_BYTES", "THREAD_BITS", "WORD_SPARE",
-           "Mutex", "NotOwnedError", "Semaphore", "add", "after_fork", "set_and_wake",
-           "setup_mutex", "setup_semaphore", "setup_word", "teardown", "wait", "wait_while",
-           "wake", "word"]
+           "Mutex", "NotOwnedError", "Semaphore", "add", "after_fork", "mark_segment", "reachable",
+           "set_and_wake", "setup_mutex", "setup_semaphore", "setup_word", "teardown", "wait",
+           "wait_while", "wake", "word"]

@@ -124,6 +124,25 @@ def _remove(names: list[str]) -> None:
             pass
 
 
+def mark_segment(buffer: Any) -> None:
+    """A segment is laid out: make its mark, a semaphore named after its header, that a
+    process which maps it can look for (:func:`reachable`). Removed with the segment's
+    other names, at the creator's exit."""
+    _create(buffer, 0, b"S", 0, 1)
+
+
+def reachable(buffer: Any) -> bool:
+    """Whether this process sees the named semaphores of the process that laid out the
+    segment it maps: not in a container with a ``/dev/shm`` of its own, which maps the
+    memory through the door but cannot open them (then the segment's objects go through
+    their creator's hub)."""
+    try:
+        SemLock._rebuild(0, SEMAPHORE_KIND, 1, _name(buffer, 0, b"S"))
+    except (FileNotFoundError, PermissionError):
+        return False
+    return True
+
+
 def teardown(buffer: Any, offset: int, size: int) -> None:
     """The block at ``offset`` is freed: remove the names of the semaphores made in it."""
     header = bytes(buffer[:HEADER_BYTES])

@@ -36,13 +36,13 @@ if not REASON:
     try:
         from .native import (HELD, MAX_SLOT, MUTEX_BYTES, SEMAPHORE_BYTES, THREAD_BITS,
                              WORD_SPARE, Mutex, NotOwnedError, Semaphore, add, after_fork,
-                             set_and_wake, setup_mutex, setup_semaphore, setup_word, teardown,
-                             wait, wait_while, wake, word)
+                             mark_segment, reachable, set_and_wake, setup_mutex, setup_semaphore,
+                             setup_word, teardown, wait, wait_while, wake, word)
     except ImportError as exc:
         REASON = f"the C extension is not built ({exc})"
 if REASON:
     from .portable import (MAX_SLOT, MUTEX_BYTES, THREAD_BITS, Mutex, NotOwnedError,  # noqa: F811
-                           after_fork, setup_mutex, teardown)
+                           after_fork, mark_segment, reachable, setup_mutex, teardown)
     from .portable_semaphore import HELD, SEMAPHORE_BYTES, Semaphore, setup_semaphore  # noqa: F811
     from .portable_words import (WORD_SPARE, add, set_and_wake, setup_word, wait,  # noqa: F811
                                  wait_while, wake, word)
@@ -52,5 +52,5 @@ KIND = b"p" if PORTABLE else b"f"  # in each segment's header: who laid it out
 
 __all__ = ["HELD", "KIND", "MAX_SLOT", "MUTEX_BYTES", "PORTABLE", "REASON", "SEMAPHORE_BYTES",
            "THREAD_BITS", "WORD_SPARE", "Mutex", "NotOwnedError", "Semaphore", "add",
-           "after_fork", "set_and_wake", "setup_mutex", "setup_semaphore", "setup_word",
+           "after_fork", "mark_segment", "reachable", "set_and_wake", "setup_mutex", "setup_semaphore", "setup_word",
            "teardown", "wait", "wait_while", "wake", "word"]
