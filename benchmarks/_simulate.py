@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from fiberlite.pool.chunks import pack
+from fiberlite.pool.job.upstream import dump_message, load_message
 from fiberlite.pool.master.dispatch import Dispatcher
 from fiberlite.pool.master.relay import HostRelay
 from fiberlite.wire.codec import Payload
@@ -64,7 +65,7 @@ def master_cpu_per_task(workers: int, tasks: int) -> float:
     result = pack([0])
     started = time.process_time()
     dispatcher.submit(group, chunks, seal=True, new=True)
-    inbox = {hid: [(wid, 1, "next", (wid, [], None, 1, False)) for wid in wids]
+    inbox = {hid: [(wid, dump_message((1, "next", (wid, [], None, 1, False)))) for wid in wids]
              for hid, wids in hosts.items()}
     while delivered[0] < tasks:
         for hid in hosts:
@@ -77,7 +78,10 @@ def master_cpu_per_task(workers: int, tasks: int) -> float:
                 poll = _Request(-hid)
                 relay.op_poll(poll, hid)
                 answers = poll.value or []
-            inbox[hid] = [(wid, 1, "next", (wid, [(cid, None) for cid, _, _ in value[0]],
-                                             result, 1, False))
-                          for _, wid, _, _, value in answers if value]
+            inbox[hid] = []
+            for _, wid, frame in answers:  # each answer as the host passes it on
+                _, _, value = load_message(frame)
+                if value:
+                    inbox[hid].append((wid, dump_message((1, "next", (
+                        wid, [(cid, None) for cid, _, _ in value[0]], result, 1, False)))))
     return (time.process_time() - started) / tasks

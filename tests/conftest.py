@@ -78,7 +78,10 @@ def pytest_collection_modifyitems(config, items):
     benchmark scripts' runs to the side leg (:mod:`side_leg`), which runs them beside it;
     the tests that collect what ran beside the suite run last."""
     import side_leg
-    if config.option.collectonly or side_leg.in_leg():
+    if config.option.collectonly:
+        return
+    if side_leg.in_leg():
+        items.sort(key=side_leg.needs_image)  # (stable) the image builds meanwhile
         return
     # the tests that wait for what runs beside the suite come last, when it is done
     items.sort(key=lambda item: item.nodeid.startswith(WAITING_FOR_RUNS_BESIDE))  # (stable)

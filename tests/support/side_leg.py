@@ -2,9 +2,10 @@
 Kubernetes double, Slurm jobs) and the benchmark scripts' quick runs, in a pytest of
 their own beside the rest of the suite.
 
-Those tests spend most of their time waiting for an engine, a scheduler or a script,
-not on this machine's CPUs, so the whole suite ends sooner when they run beside the
-rest. When a run selects them together with ``tests/test_side_leg.py``, ``conftest.py``
+Those tests spend most of their time waiting for an engine, a scheduler, a script or a
+timeout, not on this machine's CPUs, so the whole suite ends sooner when they run beside
+the rest. In the leg, the tests that need the project's image run last, while the
+image builds. When a run selects them together with ``tests/test_side_leg.py``, ``conftest.py``
 takes them out of it (:func:`belongs`) and :func:`start` launches them, with their
 output in a file; ``tests/test_side_leg.py`` waits for the leg and checks that every one
 of them passed or was skipped by its own condition. A run of those files alone
@@ -21,7 +22,12 @@ from side_run import SideRun, launch
 
 ENV = "FIBERLITE_TEST_SIDE_LEG"  # set in the leg's own pytest: it does not split again
 MARKERS = ("docker", "kubernetes", "slurm")
-FILES = ("tests/test_benchmarks_smoke.py",)  # the benchmark scripts' runs
+# the benchmark scripts' runs, and tests that mostly wait for timeouts of their own (a
+# silent peer given up, a close under load) or for a browser
+FILES = ("tests/test_benchmarks_smoke.py", "tests/wire/test_close_under_load.py",
+         "tests/wire/test_liveness.py", "tests/runtime/test_liveness_jobs.py",
+         "tests/dashboard/test_dashboard_api.py")
+CONTAINERS = ("docker", "kubernetes")  # in the leg, these come last: the image builds meanwhile
 COLLECTOR = "tests/test_side_leg.py::test_the_side_leg_passes"
 RUN_SECONDS = 1200  # what the leg may take, from its start (it takes about 7 minutes)
 
@@ -30,6 +36,11 @@ def belongs(item) -> bool:
     """Whether a test runs in the side leg of a whole run."""
     return (any(item.get_closest_marker(name) for name in MARKERS)
             or item.nodeid.split("::", 1)[0] in FILES)
+
+
+def needs_image(item) -> bool:
+    """Whether a test waits for the project's image (built when the leg starts)."""
+    return any(item.get_closest_marker(name) for name in CONTAINERS)
 
 
 def in_leg() -> bool:

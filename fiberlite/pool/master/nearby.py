@@ -233,8 +233,8 @@ class NearbyWorkers:
                 if sock is None:
                     self._wake()
                     return
-            else:
-                log.warning("a connection to the pool's socket did not prove the run's key: closed")
+            else:  # a stranger, or a worker killed before it proved the key (at a pool's end)
+                log.info("a connection to the pool's socket did not prove the run's key: closed")
             sock.close()
         finally:
             self._handshakes.release()
