@@ -2,8 +2,8 @@
 Kubernetes double, Slurm jobs) and the benchmark scripts' quick runs, in a pytest of
 their own beside the rest of the suite.
 
-Those tests spend most of their time waiting for an engine, a scheduler, a script or a
-timeout, not on this machine's CPUs, so the whole suite ends sooner when they run beside
+Those tests spend most of their time waiting for an engine, a scheduler or a script,
+not on this machine's CPUs, so the whole suite ends sooner when they run beside
 the rest. In the leg, the tests that need the project's image run last, while the
 image builds. When a run selects them together with ``tests/test_side_leg.py``, ``conftest.py``
 takes them out of it (:func:`belongs`) and :func:`start` launches them, with their
@@ -22,11 +22,7 @@ from side_run import SideRun, launch
 
 ENV = "FIBERLITE_TEST_SIDE_LEG"  # set in the leg's own pytest: it does not split again
 MARKERS = ("docker", "kubernetes", "slurm")
-# the benchmark scripts' runs, and tests that mostly wait for timeouts of their own (a
-# silent peer given up, a close under load) or for a browser
-FILES = ("tests/test_benchmarks_smoke.py", "tests/wire/test_close_under_load.py",
-         "tests/wire/test_liveness.py", "tests/runtime/test_liveness_jobs.py",
-         "tests/dashboard/test_dashboard_api.py")
+FILES = ("tests/test_benchmarks_smoke.py",)  # the benchmark scripts' runs
 CONTAINERS = ("docker", "kubernetes")  # in the leg, these come last: the image builds meanwhile
 COLLECTOR = "tests/test_side_leg.py::test_the_side_leg_passes"
 RUN_SECONDS = 1200  # what the leg may take, from its start (it takes about 7 minutes)
