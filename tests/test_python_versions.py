@@ -33,6 +33,8 @@ def runs():
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_subset_passes_on(version, runs):
+    assert runs[version].launched.wait(RUN_SECONDS), f"the subset on {version} was not started"
+    assert not runs[version].error, f"the subset on {version} could not start: {runs[version].error}"
     proc = runs[version].process
     if proc is None:
         pytest.skip(f"PYTHON {version} IS NOT INSTALLED: the cross-version subset did NOT run "
