@@ -25,8 +25,6 @@ pickled, and how, is the caller's business (:mod:`fiberlite.managers.calls`).
 """
 from __future__ import annotations
 
-import os
-import secrets
 import socket
 import struct
 import threading
@@ -36,7 +34,7 @@ from typing import Callable
 
 from ..errors import AuthenticationError
 from ..runtime.machine import machine_id
-from ..wire import auth
+from ..wire import auth, unix
 from ..wire.binding import bind_host
 from ..wire.gate import Check, Gate
 
@@ -143,13 +141,9 @@ class CallListener:
         bind = bind_host(host).strip("[]")
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self._tcp = socket.create_server((bind, 0), family=family, backlog=128)
-        self._local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        abstract = f"fiberlite-manager-{os.getpid()}-{secrets.token_hex(8)}"
         try:
-            self._local.bind("\0" + abstract)
-            self._local.listen(128)
+            self._local, abstract = unix.listen_abstract("manager", 128)
         except OSError:  # no abstract sockets here: TCP only
-            self._local.close()
             self._local, abstract = None, None
         self.address: CallAddress = (host, self._tcp.getsockname()[1], abstract, machine_id())
         for listening in (self._tcp, self._local):
@@ -236,13 +230,7 @@ def _connect(address: CallAddress, key: bytes, peer: str) -> Framed:
     """A connection to the server at ``address``, which proved ``key``."""
     host, port, abstract, machine = address
     if abstract is not None and machine == machine_id():
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(CONNECT_SECONDS)
-            sock.connect("\0" + abstract)
-        except BaseException:
-            sock.close()
-            raise
+        sock = unix.connect_abstract(abstract, CONNECT_SECONDS)
     else:
         sock = socket.create_connection((host.strip("[]"), port), timeout=CONNECT_SECONDS)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

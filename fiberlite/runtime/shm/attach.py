@@ -19,7 +19,7 @@ import time
 import weakref
 
 from ...errors import AuthenticationError
-from ...wire import auth
+from ...wire import auth, unix
 from .. import identity
 from . import sync
 from .arena import HEADER, MAGIC
@@ -43,11 +43,9 @@ class Attachment:
 
     @staticmethod
     def _connect(address: str) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         deadline = time.monotonic() + CONNECT_TIMEOUT
+        sock = unix.connect_abstract(address[len(SCHEME):], CONNECT_TIMEOUT)
         try:
-            sock.settimeout(CONNECT_TIMEOUT)
-            sock.connect("\0" + address[len(SCHEME):])
             auth.prove_on(sock, identity.key(), address, deadline)
         except BaseException:
             sock.close()

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import selectors
 import socket
 import struct
 import threading
 
+from ...wire import unix
 from ...wire.doorman import Doorman
 from .. import exit_order, identity
 from .arena import Arena
@@ -45,18 +45,10 @@ class Door:
 
     def __init__(self, arena: Arena) -> None:
         self.arena = arena
-        name = f"fiberlite-door-{os.getpid()}-{secrets.token_hex(8)}"
-        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listening.bind("\0" + name)
-            listening.listen(512)
-            listening.setblocking(False)
-        except BaseException:
-            listening.close()
-            raise
+        listening, name = unix.listen_abstract("door", 512, blocking=False)
         self.address = SCHEME + name
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r, self._wake_w = unix.pair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._arrived: list[socket.socket] = []

@@ -21,7 +21,6 @@ of every local link whose peer hangs up, for :meth:`LocalLink.on_lost`.
 from __future__ import annotations
 
 import os
-import secrets
 import select
 import socket
 import struct
@@ -29,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import auth
+from .. import auth, unix
 from .awake import SPIN_SECONDS, Awake
 from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
 from .sockets import Backlog, new_ack_lane, rest_of, take_ack_lane, tune, unwatch, watch
@@ -77,14 +76,7 @@ class LocalLink(LossCallbacks):
     @classmethod
     def listen(cls, key: bytes) -> "LocalLink":
         """A link waiting for its writer on an abstract name of its own (:attr:`address`)."""
-        name = f"fiberlite-link-{os.getpid()}-{secrets.token_hex(8)}"
-        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            listening.bind("\0" + name)
-            listening.listen(8)
-        except BaseException:
-            listening.close()
-            raise
+        listening, name = unix.listen_abstract("link", 8)
         return cls(listening, SCHEME + name)
 
     def accept(self, key: bytes) -> bool:
@@ -115,14 +107,14 @@ class LocalLink(LossCallbacks):
     def dial(cls, address: str, key: bytes) -> "LocalLink":
         """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
         :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         try:
-            sock.settimeout(HANDSHAKE_TIMEOUT)
-            try:
-                sock.connect("\0" + address[len(SCHEME):])
-            except ConnectionRefusedError:
-                raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
+            sock = unix.connect_abstract(address[len(SCHEME):], HANDSHAKE_TIMEOUT)
+        except ConnectionRefusedError:
+            raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
+        except OSError as exc:
+            raise ConnectionError(f"cannot link to {address}: {exc}") from None
+        try:
             auth.prove_on(sock, key, address, deadline)
             fd, lane = new_ack_lane()
             try:
