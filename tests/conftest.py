@@ -148,3 +148,22 @@ def pytest_sessionfinish(session):
     leg = portable_leg.started()
     if leg is not None:
         leg.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where a whole run's CPU went: this pytest with the jobs it waited for, and each run
+    beside it (wall seconds since its start, CPU seconds)."""
+    import resource
+
+    import side_run
+    if not side_run.COSTS:
+        return
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    beside = sum(cpu for _, cpu in side_run.COSTS.values())
+    main = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - beside
+    lines = [f"this pytest and its jobs: {main:.0f} CPU-s"]
+    lines += [f"{name}: {wall:.0f} s, {cpu:.0f} CPU-s" for name, (wall, cpu) in sorted(side_run.COSTS.items())]
+    terminalreporter.write_sep("-", "CPU of the run")
+    for line in lines:
+        terminalreporter.write_line(line)

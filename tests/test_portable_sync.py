@@ -17,6 +17,7 @@ import time
 import pytest
 
 import portable_leg
+import side_run
 from paths import ROOT
 
 CHOICE = ("from fiberlite.runtime.shm import sync, portable; import fiberlite; "
@@ -35,11 +36,7 @@ def leg():
 
 @pytest.mark.timeout(portable_leg.RUN_SECONDS + 60)
 def test_the_portable_leg_passes(leg):
-    try:
-        leg.process.wait(timeout=portable_leg.RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        leg.process.kill()
-        leg.process.wait()
+    if not side_run.wait_for(leg.process, portable_leg.RUN_SECONDS, "portable leg"):
         pytest.fail(f"the portable leg did not finish within {portable_leg.RUN_SECONDS} s:\n"
                     f"{leg.output()[-6000:]}")
     output = leg.output()

@@ -12,11 +12,11 @@ A version that is not installed is skipped, loudly: pyenv puts them in
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
 import python_versions
+import side_run
 from python_versions import MIN_PASSED, RUN_SECONDS, VERSIONS
 
 pytestmark = pytest.mark.timeout(RUN_SECONDS + 240)  # and the first build of each virtualenv
@@ -39,11 +39,7 @@ def test_the_subset_passes_on(version, runs):
     if proc is None:
         pytest.skip(f"PYTHON {version} IS NOT INSTALLED: the cross-version subset did NOT run "
                     f"on it (pyenv install {version})")
-    try:
-        proc.wait(timeout=RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    if not side_run.wait_for(proc, RUN_SECONDS, f"Python {version}"):
         pytest.fail(f"the subset did not finish on Python {version} within {RUN_SECONDS} s of this "
                     f"test's start:\n{runs[version].output()[-6000:]}")
     output = runs[version].output()

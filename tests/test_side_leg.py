@@ -5,11 +5,10 @@ condition: none may be missing from its count."""
 from __future__ import annotations
 
 import re
-import subprocess
-
 import pytest
 
 import side_leg
+import side_run
 
 
 @pytest.mark.timeout(side_leg.RUN_SECONDS + 60)
@@ -18,11 +17,7 @@ def test_the_side_leg_passes():
     if leg is None:
         pytest.skip("no cluster test and no benchmark run is selected with this test: "
                     "they run in this pytest, if selected")
-    try:
-        leg.process.wait(timeout=side_leg.RUN_SECONDS)
-    except subprocess.TimeoutExpired:
-        leg.process.kill()
-        leg.process.wait()
+    if not side_run.wait_for(leg.process, side_leg.RUN_SECONDS, "side leg"):
         pytest.fail(f"the side leg did not finish within {side_leg.RUN_SECONDS} s:\n{leg.output()[-8000:]}")
     output = leg.output()
     summary = output.rstrip().splitlines()[-1] if output.strip() else ""

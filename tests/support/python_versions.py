@@ -21,6 +21,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
+import side_run
 from paths import ROOT
 
 VERSIONS = ["3.10", "3.12", "3.13"]
@@ -230,6 +231,7 @@ def _launch(subsets: Subsets, run: Subset, python: str) -> None:
                 run.process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
                                                stdin=subprocess.DEVNULL, stdout=output,
                                                stderr=subprocess.STDOUT)
+            side_run.started(run.process)
     except BaseException as exc:  # the test reports it
         run.error = f"{type(exc).__name__}: {exc}"
     finally:
