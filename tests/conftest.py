@@ -105,6 +105,8 @@ def pytest_collection_finish(session):
     process changes while the tests run)."""
     if session.config.option.collectonly:
         return
+    import bytecode
+    bytecode.compile_package()
     if any(item.nodeid.startswith("tests/test_python_versions.py") for item in session.items):
         import python_versions
         python_versions.start()

@@ -21,6 +21,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 
+import bytecode
 import side_run
 from paths import ROOT
 
@@ -220,7 +221,9 @@ def _launch(subsets: Subsets, run: Subset, python: str) -> None:
     try:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("FIBERLITE_", "PYTEST_")) and k != "PYTHONPATH"}
-        command = ["nice", "-n", "5", virtualenv(python, subsets.held), "-m", "pytest", "-q",
+        venv_python = virtualenv(python, subsets.held)
+        bytecode.compile_package(venv_python)
+        command = ["nice", "-n", "5", venv_python, "-m", "pytest", "-q",
                    "-p", "no:cacheprovider", "-m", "not docker and not kubernetes",
                    *tests_for(run.version), *(arg for test in LEFT_OUT for arg in ("--deselect", test))]
         run.output_path = os.path.join(subsets.folder, f"{run.version}.log")
