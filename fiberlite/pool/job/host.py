@@ -36,8 +36,9 @@ from ...process import current_process
 from ...runtime import identity
 from ...runtime.launcher import preparation
 from ...runtime.limits import raise_open_file_limit
+from ...wire import unix
 from ...wire.codec import dumps_bytes
-from .framing import FrameSocket
+from ...wire.frames import FrameSocket
 from .template import JOB_MARK, MAX_MESSAGE
 
 
@@ -72,7 +73,7 @@ class Host:
 
     # -- the template ---------------------------------------------------------------------
     def _start_template(self) -> tuple[socket.socket, subprocess.Popen]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = unix.pair(unix.SEQPACKET)
         try:
             template = subprocess.Popen(
                 [sys.executable, "-c", "from fiberlite.pool.job.template import main; main()",
@@ -93,7 +94,7 @@ class Host:
 
     def _from_template(self, batch: list) -> None:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.control, MAX_MESSAGE, 1)
+            data, fds = unix.recv_fds(self.control, MAX_MESSAGE, 1)
         except OSError:
             data, fds = b"", []
         if not data:

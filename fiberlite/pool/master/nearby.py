@@ -25,16 +25,15 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import secrets
 import selectors
 import socket
 import threading
 import time
 from typing import Any
 
-from ...wire import auth, threads
+from ...wire import auth, threads, unix
 from ...wire.codec import PROTOCOL
-from ..job.framing import FrameSocket, header, widen
+from ...wire.frames import FrameSocket, header, widen
 from .dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -126,15 +125,7 @@ class NearbyWorkers:
     def __init__(self, dispatcher: Dispatcher, key: bytes) -> None:
         self.dispatcher = dispatcher
         self.key = key
-        self.address = f"fiberlite-pool-{os.getpid()}-{secrets.token_hex(8)}"
-        self._listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            self._listening.bind("\0" + self.address)
-            self._listening.listen(128)
-            self._listening.setblocking(False)
-        except BaseException:
-            self._listening.close()
-            raise
+        self._listening, self.address = unix.listen_abstract("pool", 128, blocking=False)
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)

@@ -169,7 +169,7 @@ class _Visitor:
         message = ANSWER.pack(self.slot, len(found)) + b"".join(ENTRY.pack(i, size) for i, size, _ in found)
         self.sock.setblocking(True)
         try:
-            socket.send_fds(self.sock, [message], [fd for _, _, fd in found])
+            unix.send_fds(self.sock, message, [fd for _, _, fd in found])
             return True
         except OSError:
             return False
