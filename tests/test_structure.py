@@ -1,7 +1,9 @@
 """The shape of the code, read with ``ast`` from ``fiberlite/``: no import cycle (imports
 inside functions count), imports that point down (the low modules and the wire import
 nothing above them; a backend only ``backends/base``, its own subpackage and what is
-below), and no module over 500 lines (the C files of its extension too).
+below), no module over 500 lines (the C files of its extension too), and no socket
+opened outside the wire (``fiberlite/wire/``; the stdlib-API ``Listener``/``Client`` of
+``fiberlite/connection/`` are the exception).
 
 What is wrong today is listed in ALLOWED_* below, each entry to be removed by the change
 that fixes it: an entry that no longer applies fails the test, so the lists only shrink.
@@ -22,6 +24,9 @@ LOW = {"fiberlite.errors", "fiberlite.units", "fiberlite.config", "fiberlite.plu
 ALLOWED_LONG: set[str] = set()
 ALLOWED_CYCLES: list[set[str]] = []
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
+# they open their own TCP sockets until they are moved onto the TCP flavour of the wire's link
+SOCKETS_MOVED_BY_TCP_LINK = ("fiberlite/managers/stream.py", "fiberlite/ring/link.py",
+                             "fiberlite/ring/member.py")
 
 
 def modules() -> dict[str, str]:
@@ -248,3 +253,49 @@ def test_the_name_checks_see_what_they_look_for():
                      "getattr(p, '_popen')\nself._own\nx.__class__\nhelp = 'a local door'\n")
     assert backend_names_in(code) == {"local", "docker", "slurm"}
     assert sorted(foreign_private_reads(code)) == ["getattr(p, '_popen')", "pool._core"]
+
+
+SOCKET_MAKERS = {"create_server", "create_connection", "socketpair"}  # besides socket.socket()
+SOCKETS_MAY_OPEN = ("fiberlite/wire/", "fiberlite/connection/")  # the wire; the stdlib's API
+
+
+def sockets_opened_in(tree: ast.AST) -> list[str]:
+    """The calls in ``tree`` that open a socket: ``socket.socket(...)``, and
+    ``create_server``/``create_connection``/``socketpair`` however they are reached."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        plain_socket = (isinstance(func, ast.Attribute) and func.attr == "socket"
+                        and isinstance(func.value, ast.Name) and func.value.id == "socket")
+        if name in SOCKET_MAKERS or plain_socket:
+            found.append(f"line {node.lineno}: {ast.unparse(func)}(")
+    return found
+
+
+def test_only_the_wire_opens_sockets():
+    """Listening, dialing and socket pairs are the wire's (``fiberlite/wire/``): one
+    function per job, used everywhere else."""
+    opened = {}
+    for name, path in modules().items():
+        relative = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if not relative.startswith(SOCKETS_MAY_OPEN):
+            with open(path, encoding="utf-8") as file:
+                if calls := sockets_opened_in(ast.parse(file.read(), path)):
+                    opened[relative] = calls
+    unexpected = {path: calls for path, calls in opened.items() if path not in SOCKETS_MOVED_BY_TCP_LINK}
+    assert not unexpected, f"sockets opened outside fiberlite/wire/ (use fiberlite.wire.unix, ...): {unexpected}"
+    fixed = sorted(set(SOCKETS_MOVED_BY_TCP_LINK) - set(opened))
+    assert not fixed, f"no socket opened there now: remove them from SOCKETS_MOVED_BY_TCP_LINK: {fixed}"
+
+
+def test_the_socket_check_sees_what_it_looks_for():
+    code = ast.parse("import socket\nfrom socket import socketpair\n"
+                     "s = socket.socket(socket.AF_UNIX)\na, b = socketpair()\n"
+                     "socket.create_connection(('h', 1))\nsrv = socket.create_server(('', 0))\n"
+                     "def f(sock: socket.socket) -> None:\n    isinstance(sock, socket.socket)\n"
+                     "unix.pair()\n")
+    assert sockets_opened_in(code) == ["line 3: socket.socket(", "line 4: socketpair(",
+                                       "line 5: socket.create_connection(", "line 6: socket.create_server("]

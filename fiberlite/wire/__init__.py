@@ -2,7 +2,12 @@
 
 ``server.Server`` listens and dispatches requests; ``client.Client`` dials and sends
 them; ``auth`` is the challenge-response both run before any pickle is loaded;
-``codec`` frames objects with out-of-band buffers.
+``codec`` frames objects with out-of-band buffers. Every other socket of fiberlite is
+opened here too (but for the stdlib-API ``Listener``/``Client`` of
+``fiberlite.connection``): ``unix`` listens on, dials and pairs Unix sockets and passes
+descriptors, ``frames`` reads length-prefixed frames off a stream socket, ``doorman``
+makes every listener's peers prove the key first, and ``waking`` is the selector of the
+loops that serve many sockets.
 """
 
 import atexit as _atexit

@@ -4,7 +4,8 @@ A process advertises one address (the backend's ``listen_host``: a loopback, the
 container's address on its Docker network, the network's gateway on the host, a pod's
 IP). It listens there only, not on every interface, whenever that address belongs to
 this machine; a name, or an address that is not this machine's (a NAT, a load
-balancer in front), leaves no choice but every interface.
+balancer in front), leaves no choice but every interface. Where nothing says which
+address to advertise, :func:`routed_address` names the one peers over there can reach.
 """
 from __future__ import annotations
 
@@ -31,3 +32,14 @@ def bind_host(host: str) -> str:
     except OSError:
         return "[::]" if version == 6 else "0.0.0.0"
     return host
+
+
+def routed_address(host: str, port: int) -> str:
+    """This machine's IPv4 address that traffic to ``host``:``port`` leaves from (the
+    route the kernel would take; nothing is sent), else loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, port))  # UDP: a connect only picks the route
+            return probe.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"

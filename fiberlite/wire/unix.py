@@ -1,6 +1,7 @@
 """Unix sockets between processes of one machine: listening on a name of Linux's abstract
 namespace (no file to remove; reachable from every process that shares the network
-namespace), dialing one, and socket pairs.
+namespace), dialing one, socket pairs, and descriptors passed along a message
+(``SCM_RIGHTS``).
 
 Every abstract name fiberlite listens on is made here, so that its shape
 (``fiberlite-<what>-<pid>-<random>``) and the socket's flags are the same everywhere.
@@ -56,3 +57,16 @@ def pair(kind: int = STREAM) -> tuple[socket.socket, socket.socket]:
 def adopt(fd: int) -> socket.socket:
     """A socket object owning the descriptor ``fd`` (inherited, or passed by a peer)."""
     return socket.socket(fileno=fd)
+
+
+def send_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    """Send ``data`` as one message with copies of the descriptors ``fds`` alongside
+    (the caller keeps its own and closes them when it likes)."""
+    socket.send_fds(sock, [data], fds)
+
+
+def recv_fds(sock: socket.socket, size: int, most: int) -> tuple[bytes, list[int]]:
+    """One message of up to ``size`` bytes and the descriptors that came with it (at
+    most ``most``; the caller owns them). ``b""``: the peer closed its end."""
+    data, fds, _flags, _address = socket.recv_fds(sock, size, most)
+    return data, fds

@@ -14,7 +14,7 @@ import pytest
 
 import fiberlite
 from fiberlite.pool import Pool
-from fiberlite.pool.job.framing import header
+from fiberlite.wire.frames import header
 from fiberlite.pool.job.upstream import NearbyUpstream
 from fiberlite.runtime.machine import machine_id
 

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from fiberlite.ring.link import _bind
-from fiberlite.wire.binding import bind_host
+from fiberlite.wire.binding import bind_host, routed_address
 from fiberlite.wire.link.nng import _listening
 from fiberlite.wire.server import Server
 
@@ -61,3 +61,10 @@ def test_pipe_link_listens_on_the_advertised_address_only():
 def test_ring_link_binds_the_advertised_address():
     assert _bind(OWN) == (OWN, socket.AF_INET)
     assert _bind("198.51.100.7") == ("0.0.0.0", socket.AF_INET)
+
+
+def test_the_routed_address_is_the_one_traffic_to_the_host_leaves_from():
+    assert routed_address("127.0.0.1", 443) == "127.0.0.1"
+    local = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+             if a.family == socket.AF_INET}
+    assert routed_address("10.255.255.255", 443) in local  # what the Kubernetes backend asks

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import threading
 from typing import Any, Iterator
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 
 from ... import config
 from ...errors import BackendError
+from ...wire.binding import routed_address
 from ..base import (RUN_LABEL, TREE_ENV, Backend, Job, JobSpec, JobState, MasterRun,
                     build_with_docker, decode_stream)
 from .api import TIMEOUT, api_error, connect, is_status
@@ -284,10 +284,4 @@ def _text_chunks(response: Any) -> Iterator[str]:
 def _local_address(api_url: str | None) -> str:
     """The local IP that routes to the API server (or to anything), else loopback."""
     parts = urlsplit(api_url or "")
-    target = (parts.hostname or "10.255.255.255", parts.port or 443)
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect(target)  # UDP: no packet is sent
-            return sock.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
+    return routed_address(parts.hostname or "10.255.255.255", parts.port or 443)

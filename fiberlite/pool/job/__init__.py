@@ -4,6 +4,6 @@
 - :mod:`.upstream`: how a worker reaches the master, over its own connection or
   through its host;
 - :mod:`.host`: a job that runs many workers, forked from its :mod:`.template`, and
-  gathers their requests into one conversation with the master; :mod:`.framing`: the
-  frames between a host and its workers.
+  gathers their requests into one conversation with the master (their frames are
+  :mod:`fiberlite.wire.frames`).
 """

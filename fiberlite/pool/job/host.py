@@ -36,8 +36,10 @@ from ...process import current_process
 from ...runtime import identity
 from ...runtime.launcher import preparation
 from ...runtime.limits import raise_open_file_limit
+from ...wire import unix
 from ...wire.codec import dumps_bytes
-from .framing import FrameSocket
+from ...wire.frames import FrameSocket
+from ...wire.waking import WakingSelector
 from .template import JOB_MARK, MAX_MESSAGE
 
 
@@ -59,10 +61,7 @@ class Host:
         self.init_message = dumps_bytes((initializer, initargs, maxtasks, me.name, os.getpid()))
         self.conns: dict[int, FrameSocket] = {}  # wid -> the worker's socket
         self.places = 0  # workers alive or asked for, and ended ones not yet decided on
-        self.selector = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        self.selector.register(self.wake_r, selectors.EVENT_READ, None)
+        self.selector = WakingSelector()
         self.done = False
         self.outgoing: list = []  # what the workers sent, for the next post
         self.outgoing_ready = threading.Condition()
@@ -72,7 +71,7 @@ class Host:
 
     # -- the template ---------------------------------------------------------------------
     def _start_template(self) -> tuple[socket.socket, subprocess.Popen]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = unix.pair(unix.SEQPACKET)
         try:
             template = subprocess.Popen(
                 [sys.executable, "-c", "from fiberlite.pool.job.template import main; main()",
@@ -93,7 +92,7 @@ class Host:
 
     def _from_template(self, batch: list) -> None:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.control, MAX_MESSAGE, 1)
+            data, fds = unix.recv_fds(self.control, MAX_MESSAGE, 1)
         except OSError:
             data, fds = b"", []
         if not data:
@@ -133,10 +132,9 @@ class Host:
         try:
             while not self.done:
                 batch: list = []
-                for key, _ in self.selector.select():
-                    if key.data is None:
-                        self._drain_wake()
-                    elif key.data == "template":
+                ready, _ = self.selector.select()  # (woken: the loop looks at done)
+                for key, _ in ready:
+                    if key.data == "template":
                         self._from_template(batch)
                     else:
                         self._from_worker(key.data, key.fileobj, batch)
@@ -180,19 +178,6 @@ class Host:
         for frame in frames:  # passed on as it came: the relay loads it
             batch.append((wid, frame))
 
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
-    def _wake(self) -> None:
-        try:
-            os.write(self.wake_w, b"x")
-        except OSError:
-            pass
-
     # -- the answer thread: relay -> workers ------------------------------------------------------
     def _answers(self, wids: list[int]) -> None:
         """The main thread always reads what the template writes: a full socket either
@@ -209,7 +194,7 @@ class Host:
                     break
         finally:
             self.done = True
-            self._wake()
+            self.selector.wake()
 
     def _take(self, items: list) -> bool:
         """Carry out what the relay answered (by the post or the answer thread); True
@@ -222,7 +207,7 @@ class Host:
             self.places = 0
         if self.places == 0:
             self.done = True
-            self._wake()
+            self.selector.wake()
             return True
         return False
 

@@ -30,6 +30,8 @@ import sys
 import threading
 from typing import NoReturn
 
+from ...wire import unix
+
 MAX_MESSAGE = 1 << 20  # bytes of one control message (a preparation is the largest)
 # set by the host for the template's start only: fiberlite then imports what a job
 # imports (not asyncio, which pynng would pull in), and the workers do not inherit it
@@ -40,7 +42,7 @@ def main() -> None:
     os.environ.pop(JOB_MARK, None)
     # Ctrl-C reaches the whole process group: the template ends when its host does
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control = socket.socket(fileno=int(sys.argv[1]))
+    control = unix.adopt(int(sys.argv[1]))
     try:
         first = control.recv(MAX_MESSAGE)
     except OSError:
@@ -110,7 +112,7 @@ def _reap(control: socket.socket, children: dict[int, int]) -> None:
 
 def _tell(control: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
     try:
-        socket.send_fds(control, [pickle.dumps(message)], fds or [])
+        unix.send_fds(control, pickle.dumps(message), fds or [])
     except (BrokenPipeError, ConnectionResetError):
         pass  # the host is gone; the loop sees it next
     except OSError as exc:  # the host would wait for this message forever: say so
@@ -122,7 +124,7 @@ def _fork(control: socket.socket, wid: int, children: dict[int, int],
     if threading.active_count() != 1:  # never: the template starts no thread
         _tell(control, ("failed", wid, "the fork template has threads; refusing to fork"))
         return
-    host_end, worker_end = socket.socketpair()
+    host_end, worker_end = unix.pair()
     try:
         pid = os.fork()
     except OSError as exc:
@@ -163,7 +165,7 @@ def run_worker(sock: socket.socket, wid: int) -> int:
     import cloudpickle
 
     from ...process import ParentProcess, Process
-    from .framing import FrameSocket
+    from ...wire.frames import FrameSocket
     from .upstream import HostUpstream
     from .worker import worker_main
     conn = FrameSocket(sock.detach())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import pickle
-import socket
 import threading
 import time
 from typing import Any
@@ -20,9 +19,9 @@ from ... import config
 from ...errors import AuthenticationError, ConnectionLost
 from ...runtime import identity
 from ...runtime.machine import machine_id
-from ...wire import auth
+from ...wire import auth, unix
 from ...wire.codec import PROTOCOL
-from .framing import FrameSocket, widen
+from ...wire.frames import FrameSocket, widen
 
 HANDSHAKE_TIMEOUT = 10.0  # seconds a nearby worker gives the master to take its connection
 
@@ -204,16 +203,18 @@ class NearbyUpstream:
         if (self.address is None or not config.get("share_machine")
                 or machine_id() != self.machine):
             return None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         try:
-            sock.connect("\0" + self.address)
-            auth.prove_on(sock, identity.key(), "the pool's master",
-                          time.monotonic() + HANDSHAKE_TIMEOUT)
+            sock = unix.connect_abstract(self.address, HANDSHAKE_TIMEOUT)
+        except OSError:
+            return None  # (another machine after all, or the master stopped listening)
+        try:
+            auth.prove_on(sock, identity.key(), "the pool's master", deadline)
             sock.settimeout(None)
             widen(sock)
         except (OSError, AuthenticationError):
             sock.close()
-            return None  # (another machine after all, or the master stopped listening)
+            return None  # (the master stopped listening, or did not take this connection)
         return HostUpstream(FrameSocket(sock.detach()), "the pool's master")
 
     def _way_of(self, method: str, args: tuple) -> Any:

@@ -7,8 +7,10 @@ nng connection to the master's hub; its other requests keep the hub. A request a
 answer are then one system call each way, read and written by the threads that make
 them, where nng adds threads of its own on both sides: in one run on the 2-core
 machine, a ping-pong of small messages between two processes took 190-250 us over nng
-and 27 us over a socket pair. Each connection proves the run's key
-(:mod:`fiberlite.wire.auth`) before anything it sends is unpickled.
+and 27 us over a socket pair. Each connection proves the run's key before anything it
+sends is unpickled: the socket's door is the one every listener of fiberlite has
+(:class:`~fiberlite.wire.doorman.Doorman`: a deadline, a bound, nothing read but the
+handshake), which hands the connections that proved it to the reading thread.
 
 One thread reads every worker's socket and hands what it read to the
 :class:`~.dispatch.Dispatcher`, requests for work of one turn together, as the host
@@ -25,22 +27,20 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import secrets
 import selectors
 import socket
 import threading
-import time
 from typing import Any
 
-from ...wire import auth, threads
+from ...wire import unix
 from ...wire.codec import PROTOCOL
-from ..job.framing import FrameSocket, header, widen
+from ...wire.doorman import Doorman
+from ...wire.frames import FrameSocket, header, widen
+from ...wire.waking import WakingSelector
 from .dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 
-HANDSHAKE_TIMEOUT = 10.0  # seconds a connection has to prove the key
-PENDING_HANDSHAKES = 64  # connections proving the key at once, at most (others are closed)
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
 
@@ -126,61 +126,40 @@ class NearbyWorkers:
     def __init__(self, dispatcher: Dispatcher, key: bytes) -> None:
         self.dispatcher = dispatcher
         self.key = key
-        self.address = f"fiberlite-pool-{os.getpid()}-{secrets.token_hex(8)}"
-        self._listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            self._listening.bind("\0" + self.address)
-            self._listening.listen(128)
-            self._listening.setblocking(False)
-        except BaseException:
-            self._listening.close()
-            raise
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._selector.register(self._listening, selectors.EVENT_READ, "listening")
+        listening, self.address = unix.listen_abstract("pool", 128, blocking=False)
+        self._selector = WakingSelector()
         self._proven: list[socket.socket] = []  # connections that proved the key, to serve
         self._writable: list[_Connection] = []  # connections with a backlog to watch
         self._lock = threading.Lock()
-        self._handshakes = threading.BoundedSemaphore(PENDING_HANDSHAKES)
         self._peers = 0
         self._closed = False
+        self._doorman = Doorman(listening, key, None, None, "the pool's socket",
+                                hand_over=self._admit)
         self._thread = threading.Thread(target=self._serve, name="fiberlite-pool-nearby",
                                         daemon=True)
         self._thread.start()
+        self._doorman.serve()
 
     # -- answers (any thread) -----------------------------------------------------------------
     def send(self, conn: _Connection, message: tuple) -> None:
         if conn.send(message):
             with self._lock:
                 self._writable.append(conn)
-            self._wake()
-
-    def _wake(self) -> None:
-        with self._lock:
-            if self._wake_w < 0:
-                return
-            try:
-                os.write(self._wake_w, b"x")
-            except OSError:
-                pass
+            self._selector.wake()
 
     # -- the reading thread ----------------------------------------------------------------------
     def _serve(self) -> None:
         try:
             while not self._closed:
                 nexts: list = []
-                for key, events in self._selector.select():
-                    if key.data is None:
-                        self._drain_wake()
-                    elif key.data == "listening":
-                        self._accept()
-                    else:
-                        if events & selectors.EVENT_WRITE and key.data.write_backlog():
-                            self._selector.modify(key.fileobj, selectors.EVENT_READ, key.data)
-                        if events & selectors.EVENT_READ:
-                            self._read(key.data, nexts)
+                ready, woken = self._selector.select()
+                if woken:
+                    self._take_new()
+                for key, events in ready:
+                    if events & selectors.EVENT_WRITE and key.data.write_backlog():
+                        self._selector.modify(key.fileobj, selectors.EVENT_READ, key.data)
+                    if events & selectors.EVENT_READ:
+                        self._read(key.data, nexts)
                 if nexts:
                     self._handle_nexts(nexts)
         except Exception:
@@ -189,12 +168,8 @@ class NearbyWorkers:
         finally:
             self._close_all()
 
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+    def _take_new(self) -> None:
+        """Serve the connections that proved the key, watch those with a backlog."""
         with self._lock:
             proven, self._proven = self._proven, []
             writable, self._writable = self._writable, []
@@ -206,38 +181,18 @@ class NearbyWorkers:
             if not conn.gone:
                 self._selector.modify(conn, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self._listening.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            if not self._handshakes.acquire(blocking=False):
-                sock.close()  # too many at once: a flood, not workers
-                continue
-            threads.start(self._prove, sock, name="fiberlite-pool-nearby-handshake")
-
-    def _prove(self, sock: socket.socket) -> None:
-        """(a thread of its own) Admit ``sock`` once it proved the key, else close it."""
-        try:
-            sock.setblocking(True)
-            if auth.check_on(sock, self.key, time.monotonic() + HANDSHAKE_TIMEOUT):
-                sock.settimeout(None)
-                widen(sock)
-                with self._lock:
-                    if not self._closed:
-                        self._proven.append(sock)
-                        sock = None
-                if sock is None:
-                    self._wake()
-                    return
-            else:  # a stranger, or a worker killed before it proved the key (at a pool's end)
-                log.info("a connection to the pool's socket did not prove the run's key: closed")
+    def _admit(self, sock: socket.socket) -> None:
+        """(the doorman's thread) ``sock`` proved the key: the reading thread serves it."""
+        sock.settimeout(None)
+        widen(sock)
+        with self._lock:
+            if not self._closed:
+                self._proven.append(sock)
+                sock = None
+        if sock is None:
+            self._selector.wake()
+        else:
             sock.close()
-        finally:
-            self._handshakes.release()
 
     def _read(self, conn: _Connection, nexts: list) -> None:
         try:
@@ -290,7 +245,8 @@ class NearbyWorkers:
             if self._closed:
                 return
             self._closed = True
-        self._wake()
+        self._doorman.close()
+        self._selector.wake()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
 
@@ -300,17 +256,9 @@ class NearbyWorkers:
             proven, self._proven = self._proven, []
         for sock in proven:
             sock.close()
-        for key in list(self._selector.get_map().values()):
-            if isinstance(key.data, _Connection):
-                with key.data.lock:
-                    key.data.gone = True
-                key.data.frames.close()
+        for key in self._selector.keys():
+            with key.data.lock:
+                key.data.gone = True
+            key.data.frames.close()
         self._selector.close()
-        self._listening.close()
-        with self._lock:
-            fds, self._wake_r, self._wake_w = (self._wake_r, self._wake_w), -1, -1
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._doorman.close()

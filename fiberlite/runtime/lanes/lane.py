@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ...wire import unix
 from ...wire.link.awake import Awake
 from ..links.frames import EOF, item_frame, read_frame
 
@@ -62,7 +63,7 @@ def available() -> bool:
 
 def new_pair() -> tuple[socket.socket, socket.socket]:
     """A new lane's ``(writing, reading)`` sockets."""
-    writing, reading = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    writing, reading = unix.pair(unix.SEQPACKET)
     writing.shutdown(socket.SHUT_RD)  # nothing is ever sent the other way
     _make_room(writing)
     # (the socket's own: every process that holds it reads with it)

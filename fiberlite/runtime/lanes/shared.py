@@ -10,12 +10,12 @@ off) gets None, and uses the object through its creator's hub.
 """
 from __future__ import annotations
 
-import socket
 import threading
 import weakref
 from typing import Callable
 
 from ... import config
+from ...wire import unix
 from ..shm.arena import arena, current
 from ..shm.attach import attach
 from ..shm.door import door
@@ -91,6 +91,6 @@ def lane_at(place: LanePlace) -> Lane | None:
             fds = attachment.descriptors([place.writing, place.reading])
             if fds is None:
                 return None
-            lane = Lane(socket.socket(fileno=fds[0]), socket.socket(fileno=fds[1]))
+            lane = Lane(unix.adopt(fds[0]), unix.adopt(fds[1]))
             _lanes[place.key] = lane
     return lane

@@ -57,7 +57,7 @@ class Attachment:
         """Ask for ``ids``: this process's slot, and ``{id: (size, fd)}`` of those that exist."""
         request = REQUEST.pack(b"S", len(ids)) + b"".join(ID.pack(i) for i in ids)
         self._sock.sendall(request)
-        data, fds, _, _ = socket.recv_fds(self._sock, ANSWER.size + MAX_IDS * ENTRY.size, MAX_IDS)
+        data, fds = unix.recv_fds(self._sock, ANSWER.size + MAX_IDS * ENTRY.size, MAX_IDS)
         if len(data) < ANSWER.size:
             for fd in fds:
                 os.close(fd)

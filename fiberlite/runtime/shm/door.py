@@ -26,6 +26,7 @@ import threading
 
 from ...wire import unix
 from ...wire.doorman import Doorman
+from ...wire.waking import WakingSelector
 from .. import exit_order, identity
 from .arena import Arena
 
@@ -47,10 +48,7 @@ class Door:
         self.arena = arena
         listening, name = unix.listen_abstract("door", 512, blocking=False)
         self.address = SCHEME + name
-        self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = unix.pair()
-        self._wake_r.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector = WakingSelector()
         self._arrived: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -67,16 +65,17 @@ class Door:
                 sock.close()
                 return
             self._arrived.append(sock)
-        self._wake_w.send(b"x")
+        self._selector.wake()
 
     def _serve(self) -> None:
         visitors: dict[socket.socket, _Visitor] = {}
         try:
             while not self._closed:
-                for key, _ in self._selector.select():
-                    if key.data is None:
-                        self._take_arrivals(visitors)
-                    elif not key.data.read(self.arena):
+                ready, woken = self._selector.select()
+                if woken:
+                    self._take_arrivals(visitors)
+                for key, _ in ready:
+                    if not key.data.read(self.arena):
                         self._gone(visitors.pop(key.fileobj))
         except Exception:
             log.exception("the shared memory door failed; no more processes attach")
@@ -86,11 +85,6 @@ class Door:
             self._selector.close()
 
     def _take_arrivals(self, visitors: dict) -> None:
-        try:
-            while self._wake_r.recv(4096):
-                pass
-        except OSError:
-            pass
         with self._lock:
             arrived, self._arrived = self._arrived, []
         for sock in arrived:
@@ -116,8 +110,7 @@ class Door:
         """(a forked child) Close this process's copies of the door's descriptors; the
         threads that served them are the parent's."""
         self._closed = True
-        for sock in (self._wake_r, self._wake_w):
-            sock.close()
+        self._selector.close()
         self._doorman.abandon()
 
     def close(self) -> None:
@@ -126,10 +119,7 @@ class Door:
                 return
             self._closed = True
         self._doorman.close()
-        try:
-            self._wake_w.send(b"x")
-        except OSError:
-            pass
+        self._selector.wake()
 
 
 class _Visitor:
@@ -169,7 +159,7 @@ class _Visitor:
         message = ANSWER.pack(self.slot, len(found)) + b"".join(ENTRY.pack(i, size) for i, size, _ in found)
         self.sock.setblocking(True)
         try:
-            socket.send_fds(self.sock, [message], [fd for _, _, fd in found])
+            unix.send_fds(self.sock, message, [fd for _, _, fd in found])
             return True
         except OSError:
             return False

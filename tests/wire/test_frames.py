@@ -1,4 +1,5 @@
-"""The frames between a pool host and its workers (fiberlite.pool.job.framing)."""
+"""Length-prefixed frames on a stream socket (fiberlite.wire.frames), as a pool host and
+its workers exchange them."""
 import os
 import random
 import socket
@@ -7,7 +8,7 @@ from multiprocessing.connection import Connection
 
 import pytest
 
-from fiberlite.pool.job.framing import FrameSocket
+from fiberlite.wire.frames import FrameSocket
 
 
 def _pair() -> tuple[Connection, FrameSocket]:

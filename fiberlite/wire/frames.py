@@ -1,13 +1,13 @@
-"""The socket between a pool host and one of its workers (or between the master and a
-worker of its own machine, :mod:`..master.nearby`): length-prefixed frames (as
-``multiprocessing.connection.Connection`` writes them), read in one system call for
-everything that has arrived.
+"""Length-prefixed frames on a stream socket (as ``multiprocessing.connection.Connection``
+writes them), read in one system call for everything that has arrived: the socket
+between a pool host and one of its workers, and between the pool's master and a worker
+of its own machine.
 
 ``Connection.recv_bytes`` costs two reads a message, and ``Connection.poll`` builds a
-selector each time it is asked; a host that serves a hundred workers would pay that
-for every task of each of them. The host reads whatever a worker's socket holds once
-its selector says it is readable (:meth:`FrameSocket.read_frames`); a worker waits for
-its next frame (:meth:`FrameSocket.recv_bytes`).
+selector each time it is asked; a reader that serves a hundred peers would pay that
+for every message of each of them. Such a reader reads whatever a socket holds once
+its selector says it is readable (:meth:`FrameSocket.read_frames`); a peer that waits
+for its next frame calls :meth:`FrameSocket.recv_bytes`.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import collections
 import socket
 import struct
 import threading
+
+from . import unix
 
 _SHORT = struct.Struct("!i")  # the length of a frame, as Connection writes it
 _LONG = struct.Struct("!Q")  # after a short length of -1: a frame of 2 GiB or more
@@ -39,12 +41,13 @@ def header(size: int) -> bytes:
 
 
 class FrameSocket:
-    """Either end of a worker's socket: whole frames in, whole frames out."""
+    """Either end of a framed socket (descriptor ``fd``, owned from now on): whole frames
+    in, whole frames out."""
 
     __slots__ = ("sock", "_pending", "_need", "_ready", "_sending")
 
     def __init__(self, fd: int) -> None:
-        self.sock = socket.socket(fileno=fd)
+        self.sock = unix.adopt(fd)
         self._pending = bytearray()  # the start of a frame not complete yet
         self._need = 0  # bytes of that frame still to come, when its length is known
         self._ready: collections.deque[bytes] = collections.deque()  # read, not yet taken
@@ -71,10 +74,10 @@ class FrameSocket:
 
     def read_frames(self) -> list[bytes]:
         """The frames that arrived: call when the socket is readable (one read, which
-        does not wait). Raises ``EOFError`` once the worker's end is closed."""
+        does not wait). Raises ``EOFError`` once the peer's end is closed."""
         data = self.sock.recv(max(READ_SIZE, min(self._need, READ_MAX)))
         if not data:
-            raise EOFError("the worker's socket was closed")
+            raise EOFError("the peer closed its end of the socket")
         if self._pending:
             self._pending += data
             data = self._pending
