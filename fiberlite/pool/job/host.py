@@ -37,6 +37,7 @@ from ...runtime import identity
 from ...runtime.launcher import preparation
 from ...runtime.limits import raise_open_file_limit
 from ...wire.codec import dumps_bytes
+from . import early
 from .framing import FrameSocket
 from .template import JOB_MARK, MAX_MESSAGE
 
@@ -71,7 +72,16 @@ class Host:
         self.control_lock = threading.Lock()
 
     # -- the template ---------------------------------------------------------------------
-    def _start_template(self) -> tuple[socket.socket, subprocess.Popen]:
+    def _start_template(self) -> tuple[socket.socket, Any]:
+        forked = early.take()  # the job forked it as it started, beside this one
+        if forked is None:
+            forked = self._popen_template()
+        ours, template = forked
+        prep = preparation(current_process().name)
+        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id())))
+        return ours, template
+
+    def _popen_template(self) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             template = subprocess.Popen(
@@ -81,8 +91,6 @@ class Host:
                 env=dict(os.environ, **{JOB_MARK: "template"}))  # imports as a job does
         finally:
             theirs.close()
-        prep = preparation(current_process().name)
-        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id())))
         return ours, template
 
     def _fork(self, wid: int, replacing: bool = False) -> None:

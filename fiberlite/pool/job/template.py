@@ -1,6 +1,7 @@
 """The fork template of a pool host, started by the host with the socket to talk over.
 
-A host job (:mod:`.host`) starts one before it needs any worker. The template imports
+A host job (:mod:`.host`) has one before it needs any worker: forked by the job's
+bootstrap as it starts (:mod:`.early`), or started by the host as a program of its own. The template imports
 once what a worker needs, then forks a worker each time the host asks: a worker costs
 a fork, not an interpreter start (the idea of ``multiprocessing``'s forkserver). It
 forks only where that is safe: one Python thread and no nng socket (nng runs threads of
@@ -37,10 +38,16 @@ JOB_MARK = "FIBERLITE_JOB"
 
 
 def main() -> None:
+    """The template started as a program of its own, its socket's descriptor in argv."""
     os.environ.pop(JOB_MARK, None)
+    control = socket.socket(fileno=int(sys.argv[1]))
+    run(control)
+
+
+def run(control: socket.socket) -> None:
+    """Wait for the host's preparation on ``control``, then fork workers as it asks."""
     # Ctrl-C reaches the whole process group: the template ends when its host does
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control = socket.socket(fileno=int(sys.argv[1]))
     try:
         first = control.recv(MAX_MESSAGE)
     except OSError:
@@ -49,9 +56,9 @@ def main() -> None:
         return  # the host ended (a pool stopped as it started): nothing to do, nothing to say
     _, preparation, key, run_id = pickle.loads(first)
     from ...runtime import identity
-    from ...runtime.bootstrap import _prepare
+    from ...runtime.prepare import prepare
     identity.adopt(key, run_id)
-    _prepare(preparation)
+    prepare(preparation)
     from . import worker  # noqa: F401  (imported once here, inherited by every fork)
     _serve(control)
 
