@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 
+from ...wire import unix
 from . import template, worker  # noqa: F401  (imported once, before the fork, for both)
 
 
@@ -43,7 +44,7 @@ def fork_template() -> None:
     global _forked
     if threading.active_count() != 1:
         return
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ours, theirs = unix.pair(unix.SEQPACKET)
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     try:
