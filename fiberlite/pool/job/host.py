@@ -78,7 +78,9 @@ class Host:
             forked = self._popen_template()
         ours, template = forked
         prep = preparation(current_process().name)
-        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id())))
+        # the environment as the host made it (a received working tree's, say): a template
+        # forked as the job started has the job's first one
+        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id(), dict(os.environ))))
         return ours, template
 
     def _popen_template(self) -> tuple[socket.socket, subprocess.Popen]:

@@ -10,7 +10,8 @@ its own), which is why it is a process of its own and not the host.
 The host and the template talk over one ``SOCK_SEQPACKET`` socket, a pickled tuple a
 message::
 
-    host -> template   ("prep", preparation, key, run_id)    first, once
+    host -> template   ("prep", preparation, key, run_id,    first, once; environ: the
+                        environ)                             host's os.environ
                        ("fork", wid)
     template -> host   ("forked", wid, pid)                  with the host's end of the
                                                              worker's socket
@@ -54,7 +55,9 @@ def run(control: socket.socket) -> None:
         first = b""
     if not first:
         return  # the host ended (a pool stopped as it started): nothing to do, nothing to say
-    _, preparation, key, run_id = pickle.loads(first)
+    _, preparation, key, run_id, environ = pickle.loads(first)
+    os.environ.clear()
+    os.environ.update(environ)
     from ...runtime import identity
     from ...runtime.prepare import prepare
     identity.adopt(key, run_id)
