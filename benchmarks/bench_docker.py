@@ -47,9 +47,10 @@ def nap(seconds: float) -> None:
 
 
 def worker_name_after(seconds: float) -> str:
-    """The worker's name (pids repeat from one container to the next)."""
+    """The fiberlite pool worker's name (pids repeat from one container to the next)."""
+    import fiberlite
     time.sleep(seconds)
-    return multiprocessing.current_process().name
+    return fiberlite.current_process().name
 
 
 # -- measurements ---------------------------------------------------------------------------------
