@@ -1,11 +1,11 @@
-"""The fork template of a pool host, started by the host with the socket to talk over.
+"""The fork template of a pool host, with a socket to the host to talk over.
 
 A host job (:mod:`.host`) has one before it needs any worker: forked by the job's
-bootstrap as it starts (:mod:`.early`), or started by the host as a program of its own. The template imports
-once what a worker needs, then forks a worker each time the host asks: a worker costs
-a fork, not an interpreter start (the idea of ``multiprocessing``'s forkserver). It
-forks only where that is safe: one Python thread and no nng socket (nng runs threads of
-its own), which is why it is a process of its own and not the host.
+bootstrap as it starts (:mod:`.early`), or started by the host as a program of its own.
+The template imports once what a worker needs, then forks a worker each time the host
+asks: a worker costs a fork, not an interpreter start (the idea of ``multiprocessing``'s
+forkserver). It forks only where that is safe: one Python thread and no nng socket (nng
+runs threads of its own), which is why it is a process of its own and not the host.
 
 The host and the template talk over one ``SOCK_SEQPACKET`` socket, a pickled tuple a
 message::
