@@ -163,3 +163,21 @@ def test_workdir_benchmark_runs_quick(tmp_path):
     document = json.loads(open(json_path).read())
     measured = [r for r in document["results"] if "seconds" in r]
     assert len(measured) == 3 and all(r["seconds"] > 0 and r["ratio"] for r in measured)
+
+
+@pytest.mark.docker
+def test_docker_benchmark_compares_a_packed_pool_with_local_jobs(tmp_path):
+    """bench_docker.py's scale section: the same pool in containers and in local host jobs."""
+    from docker_env import ensure_docker
+    image = ensure_docker()
+    json_path = str(tmp_path / "docker.json")
+    done = run_python(os.path.join(BENCHMARKS, "bench_docker.py"), "--quick", "--only", "scale",
+                      "--scale-per-job", "4", "--json", json_path, "--image", image, cwd=ROOT,
+                      timeout=140)
+    assert done.returncode == 0, f"bench_docker.py failed:\n{done.stdout}\n{done.stderr}"
+    for name in ("fiberlite local, 2 host jobs of 4", "fiberlite docker, 2 containers of 4",
+                 "Pool(8) until every worker has run a task", "chunksize=1", "default chunksize"):
+        assert name in done.stdout, done.stdout
+    document = json.loads(open(json_path).read())
+    measured = [r for r in document["results"] if "seconds" in r]
+    assert len(measured) == 6 and all(r["seconds"] > 0 and r["ratio"] for r in measured)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import types
 
+from .launch_options import FORK_TEMPLATE
+from .prepare import prepare
 
 PARENT_GONE_GRACE = 2.0  # seconds a job runs on once its parent is gone
 
@@ -25,30 +26,6 @@ def _fail(message: str) -> None:
     sys.stderr.write(f"fiberlite job: {message}\n")
     sys.stderr.flush()
     os._exit(1)
-
-
-def _prepare(prep: dict) -> None:
-    """Make this process look like the parent to the code it runs, as the standard
-    library's spawn does: sys.path, sys.argv, cwd, settings, the logger, ``__main__``."""
-    from .. import config, util
-    parent_path = [p for p in prep["sys_path"] if not p or os.path.exists(p)]
-    sys.path[:] = parent_path + [p for p in sys.path if p not in parent_path]
-    sys.argv[:] = prep["sys_argv"]  # a script may read its arguments at module level
-    if os.path.isdir(prep["cwd"]):
-        os.chdir(prep["cwd"])
-    config.adopt(prep["settings"])
-    config.settings()  # resolved now: it sets the logger's level from log_level, then
-    util.get_logger().setLevel(prep["log_level"])  # the parent's level wins
-    if prep["log_to_stderr"]:
-        util.log_to_stderr()
-    # functions and classes of the parent's __main__ arrive by value; give them a clean home
-    main = types.ModuleType("__main__")
-    main.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = main
-    # ... and globals of theirs that could not be pickled are made by the script, run here
-    from ..wire import main_globals
-    from . import main_script
-    main_globals.set_loader(lambda path: main_script.load(path, prep["main_name"]))
 
 
 def main() -> None:
@@ -61,6 +38,9 @@ def main() -> None:
         _fail("started without FIBERLITE_HUB, FIBERLITE_JOB and the run's key; "
               "jobs are started by fiberlite, not by hand")
     identity.adopt(key, os.environ.get("FIBERLITE_RUN_ID", ""))
+    if os.environ.pop(FORK_TEMPLATE, None):  # a pool host: its fork template starts now,
+        from ..pool.job.early import fork_template  # beside it, before any socket or thread
+        fork_template()
     from .dialed import connect, dial_once, fence
     from .hub import ObjectRef
     from ..process import ParentProcess
@@ -92,7 +72,7 @@ def main() -> None:
         prep_payload, process_payload = ref.call("fetch")
         prep = prep_payload.unpack()
         fetch_for_job(prep, address)  # the working directory, where the parent's is not seen
-        _prepare(prep)
+        prepare(prep)
         liveness.reconfigure()  # the parent's peer_timeout
         process = process_payload.unpack()
     except TreeError as exc:

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 from .. import config
 
+# in a job's environment: the job is a pool host, whose bootstrap forks its fork template
+FORK_TEMPLATE = "FIBERLITE_FORK_TEMPLATE"
+
 
 @dataclass(frozen=True)
 class LaunchOptions:
@@ -18,6 +21,7 @@ class LaunchOptions:
     backend: str | None = None  # None: the configured backend (setting ``backend``)
     waits_for_capacity: bool = False  # JobSpec.waits_for_capacity: one of a pool's many jobs
     workers: int = 1  # JobSpec.workers: the pool workers the job runs (a pool host's count)
+    forks_template: bool = False  # a pool host: its job forks the template as it starts
 
     def backend_name(self) -> str:
         """The backend the job goes to."""

@@ -21,6 +21,7 @@ from . import exit_order, identity
 from ..backends import JobSpec, close_all, get_backend
 from .handles import expire_exports, exports_for_job
 from .hub import Servant, get_hub, unregister
+from .launch_options import FORK_TEMPLATE
 from .tree.offer import offer_for
 from ..meta import requests_of
 from ..wire.codec import Payload, name_unpicklable, unpicklable_error
@@ -126,13 +127,16 @@ def job_spec(process: Any, backend_name: str, hub_address: str, oid: int) -> Job
     run = identity.run_id()
     parent = os.environ.get("FIBERLITE_JOB_NAME", "master")
     name = f"fl-{run}-{'-'.join(str(i) for i in process._identity)}"
+    env = {"FIBERLITE_HUB": hub_address, "FIBERLITE_JOB": str(oid),
+           "FIBERLITE_RUN_ID": run, "FIBERLITE_JOB_NAME": name,
+           "FIBERLITE_BACKEND": backend_name, "PYTHONUNBUFFERED": "1"}
+    if process.launch_options.forks_template:
+        env[FORK_TEMPLATE] = "1"
     return JobSpec(
         command=list(BOOTSTRAP),
         name=name,
         image=wants.get("image") or settings.get("image"),
-        env={"FIBERLITE_HUB": hub_address, "FIBERLITE_JOB": str(oid),
-             "FIBERLITE_RUN_ID": run, "FIBERLITE_JOB_NAME": name,
-             "FIBERLITE_BACKEND": backend_name, "PYTHONUNBUFFERED": "1"},
+        env=env,
         secret_env=identity.key_env(),
         cpu=wants.get("cpu", settings.get("cpu")),
         memory=wants.get("memory", settings.get("memory")),

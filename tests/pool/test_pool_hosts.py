@@ -75,6 +75,39 @@ def test_workers_are_forked_in_hosts_and_run_tasks():
     pool.join()
 
 
+def template_mark(_):
+    time.sleep(0.01)
+    return os.getpid(), os.environ.get("FIBERLITE_FORK_TEMPLATE")
+
+
+def templates_of(pool):
+    """host pid -> its fork template, the parent of its workers, once all six have run a task."""
+    seen = {}
+    eventually(lambda: len(seen.update(pool.map(template_mark, range(12), 1)) or seen) == 6,
+               what=lambda: f"workers that ran a task: {sorted(seen)}")
+    assert set(seen.values()) == {None}  # the mark that asked for the template reaches no worker
+    return {p.pid: psutil.Process(p.pid).children()[0] for p in pool._core.procs.values()}
+
+
+def test_a_host_job_forks_its_template_as_it_starts():
+    """No second interpreter per host: the template is a fork of the host's job (same
+    command line)."""
+    with Pool(6) as pool:
+        for host, template in templates_of(pool).items():
+            assert template.cmdline() == psutil.Process(host).cmdline()
+            assert {w.pid for w in template.children()} <= {p.pid for p in pool._pool}
+    pool.join()
+
+
+def test_a_host_job_without_the_mark_starts_its_template_itself(monkeypatch):
+    monkeypatch.setattr("fiberlite.runtime.launcher.FORK_TEMPLATE", "FIBERLITE_UNUSED_MARK")
+    with Pool(6) as pool:
+        assert pool.map(nap, range(30), 1) == [i * i for i in range(30)]
+        for template in templates_of(pool).values():
+            assert "fiberlite.pool.job.template" in " ".join(template.cmdline())
+    pool.join()
+
+
 def double(array):
     return array * 2
 

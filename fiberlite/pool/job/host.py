@@ -40,6 +40,7 @@ from ...wire import unix
 from ...wire.codec import dumps_bytes
 from ...wire.frames import FrameSocket
 from ...wire.waking import WakingSelector
+from . import early
 from .template import JOB_MARK, MAX_MESSAGE
 
 
@@ -70,7 +71,18 @@ class Host:
         self.control_lock = threading.Lock()
 
     # -- the template ---------------------------------------------------------------------
-    def _start_template(self) -> tuple[socket.socket, subprocess.Popen]:
+    def _start_template(self) -> tuple[socket.socket, Any]:
+        forked = early.take()  # the job forked it as it started, beside this one
+        if forked is None:
+            forked = self._popen_template()
+        ours, template = forked
+        prep = preparation(current_process().name)
+        # the environment as the host made it (a received working tree's, say): a template
+        # forked as the job started has the job's first one
+        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id(), dict(os.environ))))
+        return ours, template
+
+    def _popen_template(self) -> tuple[socket.socket, subprocess.Popen]:
         ours, theirs = unix.pair(unix.SEQPACKET)
         try:
             template = subprocess.Popen(
@@ -80,8 +92,6 @@ class Host:
                 env=dict(os.environ, **{JOB_MARK: "template"}))  # imports as a job does
         finally:
             theirs.close()
-        prep = preparation(current_process().name)
-        ours.send(pickle.dumps(("prep", prep, identity.key(), identity.run_id())))
         return ours, template
 
     def _fork(self, wid: int, replacing: bool = False) -> None:

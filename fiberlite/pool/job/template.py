@@ -1,15 +1,17 @@
-"""The fork template of a pool host, started by the host with the socket to talk over.
+"""The fork template of a pool host, with a socket to the host to talk over.
 
-A host job (:mod:`.host`) starts one before it needs any worker. The template imports
-once what a worker needs, then forks a worker each time the host asks: a worker costs
-a fork, not an interpreter start (the idea of ``multiprocessing``'s forkserver). It
-forks only where that is safe: one Python thread and no nng socket (nng runs threads of
-its own), which is why it is a process of its own and not the host.
+A host job (:mod:`.host`) has one before it needs any worker: forked by the job's
+bootstrap as it starts (:mod:`.early`), or started by the host as a program of its own.
+The template imports once what a worker needs, then forks a worker each time the host
+asks: a worker costs a fork, not an interpreter start (the idea of ``multiprocessing``'s
+forkserver). It forks only where that is safe: one Python thread and no nng socket (nng
+runs threads of its own), which is why it is a process of its own and not the host.
 
 The host and the template talk over one ``SOCK_SEQPACKET`` socket, a pickled tuple a
 message::
 
-    host -> template   ("prep", preparation, key, run_id)    first, once
+    host -> template   ("prep", preparation, key, run_id,    first, once; environ: the
+                        environ)                             host's os.environ
                        ("fork", wid)
     template -> host   ("forked", wid, pid)                  with the host's end of the
                                                              worker's socket
@@ -39,21 +41,29 @@ JOB_MARK = "FIBERLITE_JOB"
 
 
 def main() -> None:
+    """The template started as a program of its own, its socket's descriptor in argv."""
     os.environ.pop(JOB_MARK, None)
+    control = unix.adopt(int(sys.argv[1]))
+    run(control)
+
+
+def run(control: socket.socket) -> None:
+    """Wait for the host's preparation on ``control``, then fork workers as it asks."""
     # Ctrl-C reaches the whole process group: the template ends when its host does
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    control = unix.adopt(int(sys.argv[1]))
     try:
         first = control.recv(MAX_MESSAGE)
     except OSError:
         first = b""
     if not first:
         return  # the host ended (a pool stopped as it started): nothing to do, nothing to say
-    _, preparation, key, run_id = pickle.loads(first)
+    _, preparation, key, run_id, environ = pickle.loads(first)
+    os.environ.clear()
+    os.environ.update(environ)
     from ...runtime import identity
-    from ...runtime.bootstrap import _prepare
+    from ...runtime.prepare import prepare
     identity.adopt(key, run_id)
-    _prepare(preparation)
+    prepare(preparation)
     from . import worker  # noqa: F401  (imported once here, inherited by every fork)
     _serve(control)
 

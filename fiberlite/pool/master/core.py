@@ -245,7 +245,7 @@ class Core:
             args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
         # the pool works with the jobs that start; a backend may size the job by its workers
         process.launch_options = replace(process.launch_options, waits_for_capacity=True,
-                                         workers=count)
+                                         workers=count, forks_template=True)
         try:
             process.start()
         except BaseException:
