@@ -152,9 +152,30 @@ def pytest_sessionfinish(session):
         leg.stop()
 
 
+_CPU_BY_FILE: dict[str, float] = {}  # test file -> CPU seconds of its tests and the jobs they reaped
+
+
+def _cpu_seconds() -> float:
+    import resource
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import side_run
+
+    def own_cpu() -> float:  # without the runs beside the suite that a test reaped
+        return _cpu_seconds() - sum(cpu for _, cpu in side_run.COSTS.values())
+    start = own_cpu()
+    yield
+    path = item.nodeid.split("::", 1)[0]
+    _CPU_BY_FILE[path] = _CPU_BY_FILE.get(path, 0.0) + own_cpu() - start
+
+
 def pytest_terminal_summary(terminalreporter):
     """Where a whole run's CPU went: this pytest with the jobs it waited for, and each run
-    beside it (wall seconds since its start, CPU seconds)."""
+    beside it (wall seconds since its start, CPU seconds); the test files that used most."""
     import resource
 
     import side_run
@@ -166,6 +187,8 @@ def pytest_terminal_summary(terminalreporter):
     main = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - beside
     lines = [f"this pytest and its jobs: {main:.0f} CPU-s"]
     lines += [f"{name}: {wall:.0f} s, {cpu:.0f} CPU-s" for name, (wall, cpu) in sorted(side_run.COSTS.items())]
+    heaviest = sorted(_CPU_BY_FILE.items(), key=lambda kv: -kv[1])[:20]
+    lines += [f"  {cpu:6.1f} CPU-s  {path}" for path, cpu in heaviest]
     terminalreporter.write_sep("-", "CPU of the run")
     for line in lines:
         terminalreporter.write_line(line)
