@@ -296,6 +296,9 @@ class PrimitivesReport(Report):
         document = super().to_dict()
         document["checks"] = {key: {label: cell.status or cell.error for label, cell in cells.items()}
                               for key, cells in self.cells.items() if BY_KEY[key].check}
+        trips = self.round_trips()
+        if trips is not None:
+            document["tcp_round_trips"] = trips
         return document
 
     def table(self) -> str:
@@ -318,7 +321,44 @@ class PrimitivesReport(Report):
                    "and side. ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
                    f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine)"
                    + (f" and, after the slash, {PORTABLE!r}." if PORTABLE in self.labels else "."))
-        return "\n".join(out)
+        return "\n".join(out + self.across_machines())
+
+    def round_trips(self) -> dict[str, float] | None:
+        """Each row of the column with ``share_machine`` off in raw TCP round trips of the
+        same side (the ``tcp`` row), None without both."""
+        floor = self.cells.get("tcp", {}).get(NOT_SHARED)
+        if floor is None or floor.error or not floor.samples:
+            return None
+        tcp = min(floor.samples)
+        return {key: min(cells[NOT_SHARED].samples) / tcp for key, cells in self.cells.items()
+                if key != "tcp" and NOT_SHARED in cells and cells[NOT_SHARED].samples
+                and not cells[NOT_SHARED].error and not BY_KEY[key].rate}
+
+    def across_machines(self) -> list[str]:
+        """The rows with a target across machines: each in TCP round trips (or items/s)."""
+        trips = self.round_trips()
+        if trips is None:
+            return []
+        tcp = min(self.cells["tcp"][NOT_SHARED].samples)
+        out = ["", f"Across machines ({SHARE_ENV}=0: the hub over TCP), against a raw TCP round trip "
+                   f"between the same kind of processes in this run: {format_time(tcp)}"]
+        for key, cells in self.cells.items():
+            spec, cell = BY_KEY[key], cells.get(NOT_SHARED)
+            if spec.remote is None or cell is None:
+                continue
+            if cell.error or not cell.samples:
+                out.append(f"  {spec.title}: {cell.error or 'not measured'}")
+                continue
+            best = min(cell.samples)
+            if spec.rate:
+                met = 1 / best >= spec.remote
+                out.append(f"  {spec.title}: {format_unit(spec, best)} (target >= {spec.remote / 1000:,.0f}k/s: "
+                           f"{'met' if met else 'NOT met'})")
+            else:
+                met = trips[key] <= spec.remote
+                out.append(f"  {spec.title}: {format_time(best)} = {trips[key]:.1f} TCP round trips "
+                           f"(target <= {spec.remote:g}: {'met' if met else 'NOT met'})")
+        return out
 
     @staticmethod
     def _ratio(spec: Spec, reference: Cell, cell: Cell) -> str:

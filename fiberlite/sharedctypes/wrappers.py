@@ -14,7 +14,7 @@ import ctypes
 from typing import Any
 
 from ..synchronize.locks import RLock, _LockBase
-from ..synchronize.shared import caller
+from ..synchronize.shared import caller, remote_call
 from .raw import OPS, AccessedArray, RawProxy, accessed
 
 __all__ = ["SynchronizedBase", "Synchronized", "SynchronizedArray", "SynchronizedString", "synchronized"]
@@ -51,7 +51,7 @@ class SynchronizedBase:
     def _access(self, op: str, *args: Any) -> Any:
         """``op`` (get, set, getitem, setitem) on the object, under the lock."""
         if self._in_one:
-            return self._obj._ref.call("access", op, args, *caller(), 0)
+            return remote_call(self._obj._ref, "access", op, args, *caller(), 0)
         self.acquire()
         try:
             return OPS[op](self._obj, *args)

@@ -12,7 +12,7 @@ from typing import Any
 from ..runtime.shm import sync
 from ..runtime.shm.arena import Block
 from ..runtime.shm.remote import NOT_YET
-from .shared import BlockServant, SharedPrimitive, blocking_call
+from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
 
 __all__ = ["Event"]
 
@@ -70,20 +70,20 @@ class Event(SharedPrimitive):
     def is_set(self) -> bool:
         if self._local:
             return self._words[0] != 0
-        return self._ref.call("is_set")
+        return remote_call(self._ref, "is_set")
 
     def set(self) -> None:
         """Set the flag and wake every waiter."""
         if self._local:
             sync.set_and_wake(self._flag, 1, self._sleepers)
         else:
-            self._ref.call("set")
+            remote_call(self._ref, "set")
 
     def clear(self) -> None:
         if self._local:
             self._words[0] = 0
         else:
-            self._ref.call("clear")
+            remote_call(self._ref, "clear")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the flag is set (or ``timeout``); return the flag."""

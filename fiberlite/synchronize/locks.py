@@ -19,7 +19,7 @@ from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
 from ..runtime.shm.place import Place
 from ..runtime.shm.remote import Waits
 from . import condvar
-from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name
+from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name, remote_call
 
 MUTEX_BYTES = sync.MUTEX_BYTES
 
@@ -122,7 +122,7 @@ class _LockBase(SharedPrimitive):
 
     def _release_remote(self) -> None:
         """Release the lock (ValueError if unlocked; an RLock must be held by the caller)."""
-        self._ref.call("release", *caller())
+        remote_call(self._ref, "release", *caller())
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -137,7 +137,7 @@ class _LockBase(SharedPrimitive):
         mutex = self._mutex
         if mutex is not None:
             return mutex.is_mine(), mutex.owner(), mutex.token(), mutex.depth()
-        return self._ref.call("state", *caller())
+        return remote_call(self._ref, "state", *caller())
 
     def _is_mine(self) -> bool:
         return self._state()[0]
