@@ -22,7 +22,7 @@ from .dialed import connect
 from .hub import DIRECT, ObjectRef, current_hub
 from ..wire import tls
 from ..wire.client import Client
-from ..wire.direct import DirectConnection, Interrupted
+from ..wire.direct import DirectConnection
 from ..wire.nngio import SIGNAL_SLICE
 
 UNAVAILABLE = "unavailable"
@@ -123,13 +123,18 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
         return _through_hub(ref, method, args, interruptible, interrupted)
     try:
         ok, value = conn.call((ref.oid, method, args), SIGNAL_SLICE if main else None)
-    except Interrupted as stop:
-        _withdraw(channel, conn, ref, interrupted)
-        raise stop.__cause__ from None
-    except BaseException:
+    except (OSError, ValueError):
         channel.discard(conn)
         if not channel.alive:
             raise _lost(channel) from None
+        raise
+    except BaseException:
+        # interrupted (Ctrl-C), before the request left, or after: a withdrawal is
+        # harmless if the call never came, and handled after it if it did
+        if interrupted is not None and not conn.broken:
+            _withdraw(channel, conn, ref, interrupted)
+        else:
+            channel.discard(conn)  # (the answer, if any comes, is dropped with it)
         raise
     channel.give_back(conn)
     if ok:
@@ -155,13 +160,10 @@ def _through_hub(ref: ObjectRef, method: str, args: tuple, interruptible: bool,
         raise
 
 
-def _withdraw(channel: _Channel, conn: DirectConnection, ref: ObjectRef, interrupted: tuple | None) -> None:
-    """The wait on ``conn`` was interrupted: withdraw its call on the same connection,
-    and wait for its answer (the call's own, if any, is dropped); a connection that
+def _withdraw(channel: _Channel, conn: DirectConnection, ref: ObjectRef, interrupted: tuple) -> None:
+    """The call on ``conn`` was interrupted: withdraw it on the same connection and wait
+    for the withdrawal's answer (the call's own, if any, is dropped); a connection that
     cannot be read to its end is closed."""
-    if interrupted is None:
-        channel.discard(conn)  # (the call's answer, when it comes, is dropped)
-        return
     try:
         conn.call((ref.oid, interrupted[0], tuple(interrupted[1:])), None)
     except BaseException:

@@ -19,6 +19,7 @@ from ..runtime.hub import ObjectRef, current_hub
 from ..runtime.shm.arena import Block
 from ..runtime.shm.place import Place, allocate, view
 from ..runtime.shm.remote import NOT_YET
+from ..synchronize import carry
 from ..synchronize.shared import BlockServant, remote_call
 from ..wire import codec
 
@@ -224,6 +225,9 @@ class RawProxy(AccessedArray):
         return (_rebuild, (*_type_args(self._ctype), self._place, self._ref))
 
     def _access(self, op: str, *args: Any) -> Any:
+        carried = carry.live((self._ref.address, self._ref.oid))
+        if carried is not None:  # a copy this thread's lock brought: written back first
+            carried.settle()
         return remote_call(self._ref, "access", op, args)
 
     def __len__(self) -> int:

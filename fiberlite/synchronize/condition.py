@@ -74,6 +74,7 @@ class Condition:
         cells = self._cells
         if cells is not None:
             return condvar.wait(cells[0], cells[1], self._holder, timeout)
+        self._lock._settle()  # what was written to a copy the lock carries is the object's first
         # interrupted (KeyboardInterrupt...): the error goes on once the lock is held again
         return blocking_call(self._lock._ref, "cond_wait", self._cid, timeout, interrupted="cond_resume")
 

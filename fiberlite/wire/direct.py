@@ -292,10 +292,6 @@ class DirectServer:
 
 
 # -- the caller's side ------------------------------------------------------------------------
-class Interrupted(Exception):
-    """A wait for a reply was interrupted after its request was sent (see :meth:`DirectConnection.call`)."""
-
-
 class DirectConnection:
     """One direct connection to a hub, used by one thread at a time."""
 
@@ -322,8 +318,8 @@ class DirectConnection:
     def call(self, message: Any, slice_seconds: float | None) -> Any:
         """Send ``message`` (an envelope) and return the decoded reply ``(ok, value)``.
         ``slice_seconds``: the wait looks up at least that often, so that a signal's
-        handler runs in it (the main thread); an exception it raises is raised from
-        :class:`Interrupted` once the request was sent whole."""
+        handler runs in it (the main thread). A request sent in part (a large one,
+        interrupted) leaves the connection :attr:`broken`."""
         self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
         data = frame_bytes(message, seq)
         sock = self.sock
@@ -335,12 +331,7 @@ class DirectConnection:
             except BaseException:
                 self.broken = True  # sent in part: only closing it ends the request
                 raise
-        try:
-            return self.reply(seq, slice_seconds is not None)
-        except (OSError, ValueError):
-            raise
-        except BaseException as exc:
-            raise Interrupted() from exc
+        return self.reply(seq, slice_seconds is not None)
 
     def reply(self, seq: int, looping: bool = False) -> Any:
         """The decoded reply to the request ``seq`` (those to earlier ones are dropped)."""
