@@ -12,8 +12,9 @@ take this path instead when the hub's connections are plain TCP (TLS keeps nng):
   then presents the ticket: its requests are then handled as the nng connection's
   (the same peer), so what the job holds is the same whichever path a call took.
 - One request at a time on a connection (but for the call that withdraws an
-  interrupted one): ``u32`` length + ``u32`` sequence number + a :mod:`.codec` frame,
-  each way (a reply carries its request's number). The calling thread sends and reads its reply itself; a process keeps a few
+  interrupted one): ``u32`` length + ``u32`` sequence number + the pickled envelope,
+  each way (a reply carries its request's number; user objects travel as the
+  :class:`~.codec.Payload` they are in, pickled by their sender). The calling thread sends and reads its reply itself; a process keeps a few
   connections per hub, one per thread calling at the same moment.
 - The server's one thread reads every direct connection (a selector) and hands each
   request to the hub's handler, which may answer it later from any thread.
@@ -27,7 +28,8 @@ import collections
 import logging
 import os
 import secrets
-import selectors
+import select
+from pickle import dumps as _dumps, loads as _loads
 import socket
 import struct
 import threading
@@ -42,17 +44,21 @@ log = logging.getLogger(__name__)
 
 LENGTH = struct.Struct("<I")
 SEQ = struct.Struct("<I")
+HEAD = struct.Struct("<II")  # length, sequence number
 TICKET_BYTES = 16
 READ_SIZE = 1 << 16
 SEND_SECONDS = 30.0  # how long a reply may wait for room in its connection's buffer
 
 
 def frame_bytes(message: Any, seq: int = 0) -> bytes:
-    """``message`` framed for a direct connection: its length, ``seq``, its codec frame."""
-    frame = codec.encode_parts(message)
-    if type(frame) is tuple:
-        frame = b"".join(frame)
-    return LENGTH.pack(len(frame) + 4) + SEQ.pack(seq) + frame
+    """``message`` framed for a direct connection: its length, ``seq``, its pickle."""
+    body = _dumps(message, codec.PROTOCOL)
+    return HEAD.pack(len(body) + 4, seq) + body
+
+
+def _message(frame: bytes) -> Any:
+    """The envelope of a frame (after its length)."""
+    return _loads(memoryview(frame)[4:])
 
 
 def split_frames(buffer: bytearray) -> list[bytes]:
@@ -112,9 +118,19 @@ class _Served:
     def send(self, data: bytes) -> None:
         with self._lock:
             try:
-                self.sock.sendall(data)
+                sent = self.sock.send(data, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                sent = 0
             except OSError:  # (closed: its peer went, or was given up)
-                pass
+                return
+            if sent < len(data):  # (a large reply: it waits for room, for a while)
+                self.sock.settimeout(SEND_SECONDS)
+                try:
+                    self.sock.sendall(memoryview(data)[sent:])
+                except OSError:
+                    pass
+                finally:
+                    self.sock.settimeout(None)
 
 
 class DirectServer:
@@ -131,11 +147,12 @@ class DirectServer:
         self._ending: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
         self._closed = False
         listening, self.address = listen_tcp(host)
-        self._selector = selectors.DefaultSelector()
+        self._poll = select.epoll()
+        self._served: dict[int, _Served] = {}  # descriptor -> connection
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._poll.register(self._wake_r.fileno(), select.EPOLLIN)
         self._door = Doorman(listening, key, None, None, f"direct calls at {self.address}",
                              hand_over=self._admit)
         self._thread = threading.Thread(target=self._serve, name="fiberlite-direct", daemon=True)
@@ -182,11 +199,13 @@ class DirectServer:
     def _serve(self) -> None:
         try:
             while not self._closed:
-                for key, _ in self._selector.select():
-                    if key.data is None:
+                wake, served = self._wake_r.fileno(), self._served
+                for fd, _ in self._poll.poll():
+                    conn = served.get(fd)
+                    if conn is not None:
+                        self._read(conn)
+                    elif fd == wake:
                         self._woken()
-                    else:
-                        self._read(key.data)
         except Exception:
             if not self._closed:
                 log.exception("direct calls at %s failed; calls go through nng", self.address)
@@ -202,9 +221,9 @@ class DirectServer:
         with self._lock:
             arrived, self._arrived = self._arrived, []
         for sock in arrived:
-            sock.settimeout(SEND_SECONDS)  # (read only when ready; a reply may wait for room)
             no_delay(sock)
-            self._selector.register(sock, selectors.EVENT_READ, _Served(sock))
+            self._served[sock.fileno()] = _Served(sock)
+            self._poll.register(sock.fileno(), select.EPOLLIN)
         while self._ending:
             peer, then = self._ending.popleft()
             with self._lock:
@@ -218,8 +237,8 @@ class DirectServer:
 
     def _read(self, conn: _Served) -> None:
         try:
-            chunk = conn.sock.recv(READ_SIZE)
-        except (BlockingIOError, InterruptedError, socket.timeout):
+            chunk = conn.sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
             return
         except OSError:
             chunk = b""
@@ -234,7 +253,7 @@ class DirectServer:
                 continue
             try:
                 (seq,) = SEQ.unpack_from(frame, 0)
-                message = codec.decode(memoryview(frame)[4:])
+                message = _message(frame)
             except Exception as exc:
                 log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
                 self._drop(conn)
@@ -257,10 +276,12 @@ class DirectServer:
         return True
 
     def _drop(self, conn: _Served) -> None:
-        try:
-            self._selector.unregister(conn.sock)
-        except (KeyError, ValueError):
+        if self._served.pop(conn.sock.fileno(), None) is None:
             return
+        try:
+            self._poll.unregister(conn.sock.fileno())
+        except (OSError, ValueError):
+            pass
         with self._lock:
             if conn.peer is not None:
                 self._conns.get(conn.peer, set()).discard(conn)
@@ -272,10 +293,9 @@ class DirectServer:
 
     def _shut(self) -> None:
         self._closed = True
-        for key in list(self._selector.get_map().values()):
-            if key.data is not None:
-                self._drop(key.data)
-        self._selector.close()
+        for conn in list(self._served.values()):
+            self._drop(conn)
+        self._poll.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -311,6 +331,9 @@ class DirectConnection:
             sock.sendall(LENGTH.pack(len(ticket)) + ticket)
             if self._frame() != b"":
                 raise ConnectionError(f"{address} did not take this process's direct connection")
+            sock.settimeout(None)
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
         except BaseException:
             sock.close()
             raise
@@ -323,7 +346,6 @@ class DirectConnection:
         self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
         data = frame_bytes(message, seq)
         sock = self.sock
-        sock.settimeout(slice_seconds)
         sent = sock.send(data)  # (interrupted, it sent nothing: the connection is as it was)
         if sent < len(data):
             try:
@@ -331,16 +353,16 @@ class DirectConnection:
             except BaseException:
                 self.broken = True  # sent in part: only closing it ends the request
                 raise
-        return self.reply(seq, slice_seconds is not None)
+        return self.reply(seq, None if slice_seconds is None else int(slice_seconds * 1000))
 
-    def reply(self, seq: int, looping: bool = False) -> Any:
+    def reply(self, seq: int, slice_ms: int | None = None) -> Any:
         """The decoded reply to the request ``seq`` (those to earlier ones are dropped)."""
         while True:
-            frame = self._frame(looping)
+            frame = self._frame(slice_ms)
             if SEQ.unpack_from(frame, 0)[0] == seq:
-                return codec.decode(memoryview(frame)[4:])
+                return _message(frame)
 
-    def _frame(self, looping: bool = False) -> bytes:
+    def _frame(self, slice_ms: int | None = None) -> bytes:
         buffer = self._buffer
         while True:
             if len(buffer) >= 4:
@@ -349,12 +371,11 @@ class DirectConnection:
                     frame = bytes(buffer[4:4 + length])
                     del buffer[:4 + length]
                     return frame
-            try:
-                chunk = self.sock.recv(READ_SIZE)
-            except socket.timeout:
-                if looping:
-                    continue
-                raise
+            if slice_ms is not None:  # a signal's handler runs between looks (its error is raised)
+                poll = self._poll.poll
+                while not poll(slice_ms):
+                    pass
+            chunk = self.sock.recv(READ_SIZE)
             if not chunk:
                 raise ConnectionError("the direct connection was closed")
             buffer += chunk
