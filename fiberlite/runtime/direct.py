@@ -36,7 +36,6 @@ class _Channel:
         self.client = client
         self.address = address
         self.ticket = ticket
-        self.pid = os.getpid()
         self.alive = True
         self._idle: collections.deque[DirectConnection] = collections.deque()
         self._all: set[DirectConnection] = set()
@@ -75,13 +74,24 @@ class _Channel:
 
 _channels: dict[str, Any] = {}  # address -> _Channel, or UNAVAILABLE
 _lock = threading.Lock()
+_MAIN = threading.main_thread().ident
+
+
+def _forget_all() -> None:
+    """(a forked child) The parent's direct connections are not this process's."""
+    global _lock
+    _channels.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_all)
 
 
 def _channel(address: str) -> _Channel | None:
     channel = _channels.get(address)
     if channel is UNAVAILABLE:
         return None
-    if channel is not None and channel.alive and channel.pid == os.getpid():
+    if channel is not None and channel.alive:
         return channel
     if tls.is_tls(address):
         _channels[address] = UNAVAILABLE
@@ -89,8 +99,7 @@ def _channel(address: str) -> _Channel | None:
     client = connect(address)
     with _lock:
         channel = _channels.get(address)
-        if isinstance(channel, _Channel) and channel.alive and channel.pid == os.getpid() \
-                and channel.client is client:
+        if isinstance(channel, _Channel) and channel.alive and channel.client is client:
             return channel
         ok, offer = client.request((0, DIRECT, ()))
         if not ok or offer is None:
@@ -115,7 +124,7 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
     client = channel.client
     if client.unsynced:  # what went before over nng is handled first
         client.flush()
-    main = threading.current_thread() is threading.main_thread()
+    main = threading.get_ident() == _MAIN
     try:
         conn = channel.take()
     except (OSError, ConnectionError):

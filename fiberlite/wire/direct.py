@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import secrets
 import select
 from pickle import dumps as _dumps, loads as _loads
@@ -245,8 +244,12 @@ class DirectServer:
         if not chunk:
             self._drop(conn)
             return
-        conn.buffer += chunk
-        for frame in split_frames(conn.buffer):
+        if not conn.buffer and len(chunk) >= 4 and LENGTH.unpack_from(chunk, 0)[0] == len(chunk) - 4:
+            frames = [chunk[4:]]  # (one whole request, as most reads bring)
+        else:
+            conn.buffer += chunk
+            frames = split_frames(conn.buffer)
+        for frame in frames:
             if conn.peer is None:
                 if not self._take_ticket(conn, frame):
                     return
@@ -319,7 +322,6 @@ class DirectConnection:
         if not address.startswith(TCP):
             raise ValueError(f"not an address of direct calls: {address}")
         host, port = address[len(TCP):].rsplit(":", 1)
-        self.pid = os.getpid()
         self.broken = False
         self.seq = 0
         self._buffer = bytearray()
@@ -378,6 +380,8 @@ class DirectConnection:
             chunk = self.sock.recv(READ_SIZE)
             if not chunk:
                 raise ConnectionError("the direct connection was closed")
+            if not buffer and len(chunk) >= 4 and LENGTH.unpack_from(chunk, 0)[0] == len(chunk) - 4:
+                return chunk[4:]  # (one whole reply, as most reads bring)
             buffer += chunk
 
     def close(self) -> None:
