@@ -61,7 +61,7 @@ class EventServant(BlockServant):
     """An event in its creator's hub: acts for the jobs that cannot map it. A job's
     wait waits on a thread of the hub; a ``set()`` of the creator itself answers it
     at once, on the setter's thread (:meth:`answer_waits`), which spares the round
-    trip a thread's wake-up."""
+    trip a thread's wake-up, and so does a job's ``set()`` that comes through the hub."""
 
     def __init__(self, block: Block) -> None:
         super().__init__(block)
@@ -84,6 +84,8 @@ class EventServant(BlockServant):
 
     def op_set(self, request) -> None:
         sync.set_and_wake(self.flag, 1, self.sleepers)
+        if self.waiting:
+            self.answer_waits()
         request.reply()
 
     def op_clear(self, request) -> None:
