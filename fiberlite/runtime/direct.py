@@ -2,8 +2,9 @@
 where the servant's hub offers them; through the hub's nng connection otherwise.
 
 The shared primitives make their calls here: a call on a plain TCP connection that
-the calling thread writes and reads itself costs about one TCP round trip, where an
-nng request costs several. The direct connection speaks for this process's nng
+the calling thread writes and reads itself costs one TCP round trip and the two
+sides' Python, where an nng request also crosses threads of nng's on both sides
+(docs/performance.md, "Across machines"). The direct connection speaks for this process's nng
 connection to the same hub, so the servant sees one caller whichever path a call took.
 
 Order: requests on one connection are handled in the order they were sent. Before a

@@ -39,7 +39,8 @@ class _Once:
         self._request, self.peer, self._done = request, request.peer, done
         self._lock = threading.Lock()
 
-    def _first(self) -> bool:
+    def _first(self) -> Any:
+        """The request, to the first answer only (None after)."""
         with self._lock:
             request, self._request = self._request, None
         if request is not None:
