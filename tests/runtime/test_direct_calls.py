@@ -9,6 +9,7 @@ import signal
 import threading
 
 import pytest
+from interpreters import run_python
 
 import fiberlite
 from fiberlite.errors import AuthenticationError
@@ -165,3 +166,32 @@ def test_with_tls_a_job_calls_through_nng(monkeypatch):
 def test_a_direct_connection_refuses_a_non_tcp_address():
     with pytest.raises(ValueError):
         DirectConnection("ipc:///nowhere", b"t" * 16, identity.key())
+
+
+TLS_SCRIPT = '''
+import fiberlite
+
+def work(value, done, paths):
+    from fiberlite.runtime import direct
+    for _ in range(20):
+        with value.get_lock():
+            value.value += 1
+    done.set()
+    paths.put(sorted(set(map(str, direct._channels.values()))))
+
+if __name__ == "__main__":
+    value, done, paths = fiberlite.Value("i", 0), fiberlite.Event(), fiberlite.Queue()
+    job = fiberlite.Process(target=work, args=(value, done, paths))
+    job.start()
+    print(done.wait(60), paths.get(timeout=60), flush=True)
+    job.join(60)
+    print(value.value, job.exitcode, flush=True)
+'''
+
+
+def test_with_tls_on_a_job_of_another_machine_calls_through_nng_and_counts_right(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(TLS_SCRIPT)
+    out = run_python(script, env={"FIBERLITE_TLS": "1", "FIBERLITE_SHARE_MACHINE": "0"}, timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True ['unavailable']", "20 0"]
