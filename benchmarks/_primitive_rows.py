@@ -7,6 +7,7 @@ does that much work, answers when the parent needs to know it is done, and ends 
 """
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -56,6 +57,15 @@ def condition_echo(condition: Any, control: Any) -> None:
             for _ in range(count):
                 condition.wait()
                 condition.notify()
+
+
+def tcp_echo(port: int, control: Any) -> None:
+    """Connect to the parent's TCP port and send back each message until it closes."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while (data := sock.recv(64)):
+        sock.sendall(data)
+    sock.close()
 
 
 def numpy_write(array: Any, control: Any) -> None:
@@ -202,6 +212,32 @@ class PipeRoundTrip(Fixture):
         return time.perf_counter() - start
 
 
+class TcpRoundTrip(Fixture):
+    """The network's floor: 16 bytes sent to a child on a plain TCP connection (loopback,
+    ``TCP_NODELAY``) and sent back, by the same kind of processes as the other rows."""
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        listening = socket.create_server(("127.0.0.1", 0))
+        self.start(tcp_echo, listening.getsockname()[1])
+        listening.settimeout(60)
+        self.sock, _ = listening.accept()
+        listening.close()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def run(self, count: int) -> float:
+        send, recv, item = self.sock.sendall, self.sock.recv, b"x" * 16
+        start = time.perf_counter()
+        for _ in range(count):
+            send(item)
+            recv(64)
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.sock.close()
+        super().close()
+
+
 class QueueThroughput(Fixture):
     """The child puts ``count`` items into a ``Queue``; the parent gets them all."""
 
@@ -272,18 +308,24 @@ class Spec:
     limit: float | None = None  # the target's bound
     rate: bool = False  # shown as units per second: higher is better
     check: bool = False  # works or fails, not timed
+    # across machines (share_machine off): at most this many TCP round trips, or for a
+    # rate row at least this many units per second
+    remote: float | None = None
 
 
 SPECS = [
+    Spec("tcp", "raw TCP round trip parent <-> child (the floor)", "round trip", TcpRoundTrip),
     Spec("value_increment", "Value += 1 under its lock, 2 children", "increment", Contended,
-         "<= 2x", 2.0),
+         "<= 2x", 2.0, remote=5.0),
     Spec("lock", "Lock acquire+release, creating process", "pair", LockPairs, "<= 3x", 3.0),
     Spec("rlock", "RLock acquire+release, creating process", "pair", lambda c: LockPairs(c, "RLock")),
     Spec("value_read", "Value.value read, creating process", "read", lambda c: Reads(c, "value")),
-    Spec("event", "Event ping-pong parent <-> child", "round trip", EventPingPong, "<= 1.5x", 1.5),
-    Spec("pipe", "Pipe round trip, small object", "round trip", PipeRoundTrip, "<= 1.0x", 1.0),
+    Spec("event", "Event ping-pong parent <-> child", "round trip", EventPingPong, "<= 1.5x", 1.5,
+         remote=2.5),
+    Spec("pipe", "Pipe round trip, small object", "round trip", PipeRoundTrip, "<= 1.0x", 1.0,
+         remote=1.5),
     Spec("queue_small", "Queue child -> parent, small items", "item",
-         lambda c: QueueThroughput(c, 1), ">= 1.0x", 1.0, rate=True),
+         lambda c: QueueThroughput(c, 1), ">= 1.0x", 1.0, rate=True, remote=100_000),
     Spec("queue_256", "Queue child -> parent, 256-byte str", "item",
          lambda c: QueueThroughput(c, "0" * 256), ">= 1.0x", 1.0, rate=True),
     Spec("numpy", "numpy.frombuffer(arr.get_obj()) in a child", "check", NumpyView, "works",

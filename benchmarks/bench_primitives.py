@@ -296,6 +296,9 @@ class PrimitivesReport(Report):
         document = super().to_dict()
         document["checks"] = {key: {label: cell.status or cell.error for label, cell in cells.items()}
                               for key, cells in self.cells.items() if BY_KEY[key].check}
+        trips = {label: self.round_trips(label) for label in self.across_labels()}
+        if any(trips.values()):
+            document["tcp_round_trips"] = {label: t for label, t in trips.items() if t}
         return document
 
     def table(self) -> str:
@@ -318,7 +321,52 @@ class PrimitivesReport(Report):
                    "and side. ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
                    f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine)"
                    + (f" and, after the slash, {PORTABLE!r}." if PORTABLE in self.labels else "."))
-        return "\n".join(out)
+        return "\n".join(out + self.across_machines())
+
+    def across_labels(self) -> list[str]:
+        """The columns measured with ``share_machine`` off (``--before`` ones too, then)."""
+        if self.params.get("share_machine") == "off":
+            return [label for label in self.labels if label != MP]
+        return [NOT_SHARED] if NOT_SHARED in self.labels else []
+
+    def round_trips(self, label: str = NOT_SHARED) -> dict[str, float] | None:
+        """Each row of the column ``label`` in raw TCP round trips of the same side (the
+        ``tcp`` row), None without both."""
+        floor = self.cells.get("tcp", {}).get(label)
+        if floor is None or floor.error or not floor.samples:
+            return None
+        tcp = min(floor.samples)
+        return {key: min(cells[label].samples) / tcp for key, cells in self.cells.items()
+                if key != "tcp" and label in cells and cells[label].samples
+                and not cells[label].error and not BY_KEY[key].rate}
+
+    def across_machines(self) -> list[str]:
+        """The rows with a target across machines: each in TCP round trips (or items/s)."""
+        out: list[str] = []
+        for label in self.across_labels():
+            trips = self.round_trips(label)
+            if trips is None:
+                continue
+            tcp = min(self.cells["tcp"][label].samples)
+            out += ["", f"Across machines ({SHARE_ENV}=0: the hub over TCP), {label}, against a raw TCP "
+                        f"round trip between the same kind of processes in this run: {format_time(tcp)}"]
+            for key, cells in self.cells.items():
+                spec, cell = BY_KEY[key], cells.get(label)
+                if spec.remote is None or cell is None:
+                    continue
+                if cell.error or not cell.samples:
+                    out.append(f"  {spec.title}: {cell.error or 'not measured'}")
+                    continue
+                best = min(cell.samples)
+                if spec.rate:
+                    met = 1 / best >= spec.remote
+                    out.append(f"  {spec.title}: {format_unit(spec, best)} (target >= "
+                               f"{spec.remote / 1000:,.0f}k/s: {'met' if met else 'NOT met'})")
+                else:
+                    met = trips[key] <= spec.remote
+                    out.append(f"  {spec.title}: {format_time(best)} = {trips[key]:.1f} TCP round trips "
+                               f"(target <= {spec.remote:g}: {'met' if met else 'NOT met'})")
+        return out
 
     @staticmethod
     def _ratio(spec: Spec, reference: Cell, cell: Cell) -> str:
@@ -370,8 +418,8 @@ def make_sides(args: Any) -> list[Side]:
         sides.append(Side(PORTABLE, FIBERLITE, {**base, PORTABLE_ENV: "1"}, args.timeout))
     for root in args.before:
         path = os.pathsep.join([os.path.abspath(root), base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        sides.append(Side(f"fiberlite {root}", FIBERLITE, {**base, "PYTHONPATH": path}, args.timeout,
-                          root=os.path.abspath(root)))
+        env = {**base, "PYTHONPATH": path, **({SHARE_ENV: "0"} if args.share_machine == "off" else {})}
+        sides.append(Side(f"fiberlite {root}", FIBERLITE, env, args.timeout, root=os.path.abspath(root)))
     return sides
 
 

@@ -46,6 +46,8 @@ EXPECTED = {
                           "parent -> 2 consumers", "2 -> 2, all children", "one after another",
                           "2 -> 2, all grandchildren", "Pool(2) workers", "SimpleQueue", "JoinableQueue"],
     "bench_primitives.py": ["mp spawn", "FIBERLITE_SHARE_MACHINE=0", "target",
+                            "raw TCP round trip parent <-> child (the floor)", "Across machines",
+                            "TCP round trips (target <= 5:",
                             "Value += 1 under its lock, 2 children", "Lock acquire+release, creating process",
                             "RLock acquire+release, creating process", "Value.value read, creating process",
                             "Event ping-pong parent <-> child", "Pipe round trip, small object",

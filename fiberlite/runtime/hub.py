@@ -17,6 +17,7 @@ from .limits import raise_open_file_limit
 from .scheduler import Scheduler
 from ..wire.client import Client
 from ..wire.codec import Payload
+from ..wire.direct import DirectServer
 from ..wire.nngio import SIGNAL_SLICE
 from ..wire.server import Request, Server
 from ..wire.tls import host_port
@@ -27,6 +28,7 @@ LOCAL_PEER = 0  # the peer id of calls made by the hub's own process
 # operations on how long a handle's servant is kept (fiberlite.runtime.handles), run by the hub
 HOLD, RELEASE, PIN = "__hold__", "__release__", "__pin__"
 _HOLD_OPS = frozenset({HOLD, RELEASE, PIN})
+DIRECT = "__direct__"  # the hub's offer of direct calls (fiberlite.wire.direct), or None
 EXIT_FLUSH_SECONDS = 30.0
 # a receipt (ObjectRef.confirm) goes with the next call or cast to the servant's process,
 # or on its own after this long
@@ -150,6 +152,8 @@ class Hub:
                              self.scheduler.call_soon, use_tls=get("tls"),
                              on_peer_silent=self._peer_silent)
         self.address = self.server.address
+        self._use_tls = get("tls")
+        self._direct: DirectServer | None = None
 
     def register(self, servant: Servant, held: bool = False) -> "ObjectRef":
         """Serve ``servant``; ``held``: until its holds end (one local handle to start
@@ -210,6 +214,9 @@ class Hub:
             self._change_holds(oid, method, *args)
             request.reply()
             return
+        if method == DIRECT:
+            request.reply(self._direct_offer(request.peer))
+            return
         servant = self._objects.get(oid)
         if servant is None:
             request.fail(ReferenceError(f"object {oid} no longer exists in {self.address}"))
@@ -255,7 +262,25 @@ class Hub:
                 pass
             raise
 
+    def _direct_offer(self, peer: int) -> tuple[str, bytes] | None:
+        """Where the peer ``peer`` makes direct calls, and its ticket (None: with TLS, or
+        when this process's direct calls were closed)."""
+        if self._use_tls or not isinstance(peer, int) or peer == LOCAL_PEER:
+            return None
+        with self._lock:
+            if self._direct is None:
+                self._direct = DirectServer(identity.key(), host_port(self.address)[0], self._handle)
+            direct = self._direct
+        return direct.offer(peer)
+
     def _peer_lost(self, peer: int, event: str = "peer_lost") -> None:
+        direct = self._direct
+        if event == "peer_lost" and direct is not None and direct.end_peer(
+                peer, lambda: self.scheduler.call_soon(lambda: self._tell(peer, event))):
+            return  # told once its direct connections are closed, after their last request
+        self._tell(peer, event)
+
+    def _tell(self, peer: int, event: str) -> None:
         servants = sorted(self._objects.values(), key=lambda servant: servant.hears_loss_last)
         for servant in servants:
             try:
@@ -268,6 +293,8 @@ class Hub:
 
     def close(self) -> None:
         self.server.close()
+        if self._direct is not None:
+            self._direct.close()
         self.scheduler.stop()
 
 

@@ -19,7 +19,8 @@ from ..runtime.hub import ObjectRef, current_hub
 from ..runtime.shm.arena import Block
 from ..runtime.shm.place import Place, allocate, view
 from ..runtime.shm.remote import NOT_YET
-from ..synchronize.shared import BlockServant
+from ..synchronize import carry
+from ..synchronize.shared import BlockServant, remote_call
 from ..wire import codec
 
 typecode_to_type: dict[str, type] = {
@@ -224,7 +225,10 @@ class RawProxy(AccessedArray):
         return (_rebuild, (*_type_args(self._ctype), self._place, self._ref))
 
     def _access(self, op: str, *args: Any) -> Any:
-        return self._ref.call("access", op, args)
+        carried = carry.live((self._ref.address, self._ref.oid))
+        if carried is not None:  # a copy this thread's lock brought: written back first
+            carried.settle()
+        return remote_call(self._ref, "access", op, args)
 
     def __len__(self) -> int:
         return self._ctype._length_

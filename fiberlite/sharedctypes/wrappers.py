@@ -13,8 +13,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from ..synchronize import carry
 from ..synchronize.locks import RLock, _LockBase
-from ..synchronize.shared import caller
+from ..synchronize.shared import caller, remote_call
 from .raw import OPS, AccessedArray, RawProxy, accessed
 
 __all__ = ["SynchronizedBase", "Synchronized", "SynchronizedArray", "SynchronizedString", "synchronized"]
@@ -32,6 +33,10 @@ class SynchronizedBase:
         # the object is reached through its creator, which holds this lock for the caller
         self._in_one = guarded and isinstance(obj, RawProxy) and isinstance(lock, _LockBase)
         self._guarded = guarded
+        if self._in_one:
+            self._key = (obj._ref.address, obj._ref.oid)
+            if ctypes.sizeof(obj._ctype) <= carry.CARRY_MAX:
+                lock._carry_with(obj._ref.oid, obj._ctype)
 
     def __enter__(self) -> Any:
         return self._lock.__enter__()
@@ -51,7 +56,10 @@ class SynchronizedBase:
     def _access(self, op: str, *args: Any) -> Any:
         """``op`` (get, set, getitem, setitem) on the object, under the lock."""
         if self._in_one:
-            return self._obj._ref.call("access", op, args, *caller(), 0)
+            carried = carry.live(self._key)
+            if carried is not None:  # this thread holds the lock, which brought a copy
+                return carry.access(carried, OPS[op], op.startswith("set"), *args)
+            return remote_call(self._obj._ref, "access", op, args, *caller(), 0)
         self.acquire()
         try:
             return OPS[op](self._obj, *args)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block
 from . import condvar
-from .shared import BlockServant, SharedPrimitive, blocking_call
+from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
 
 __all__ = ["Barrier"]
 
@@ -287,18 +287,18 @@ class Barrier(SharedPrimitive):
         if self._local:
             self._barrier.action_done(generation, ok, index)
         else:
-            self._ref.call("action_done", generation, ok, index)
+            remote_call(self._ref, "action_done", generation, ok, index)
 
     def reset(self) -> None:
         """Return to the empty state; parties waiting get BrokenBarrierError."""
-        self._barrier.reset() if self._local else self._ref.call("reset")
+        self._barrier.reset() if self._local else remote_call(self._ref, "reset")
 
     def abort(self) -> None:
         """Break the barrier: current and future waits raise BrokenBarrierError."""
-        self._barrier.abort() if self._local else self._ref.call("abort")
+        self._barrier.abort() if self._local else remote_call(self._ref, "abort")
 
     def _state(self) -> tuple[int, bool]:
-        return self._barrier.state() if self._local else self._ref.call("state")
+        return self._barrier.state() if self._local else remote_call(self._ref, "state")
 
     @property
     def parties(self) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from ..runtime.shm.place import Place, view
 from . import condvar
 from .locks import RLock, _LockBase
-from .shared import blocking_call, caller
+from .shared import blocking_call, caller, remote_call
 
 __all__ = ["Condition", "wait_until"]
 
@@ -43,7 +43,7 @@ class Condition:
         elif not isinstance(lock, _LockBase):
             raise TypeError(f"Condition needs a fiberlite Lock or RLock, not {lock!r}: "
                             "create it with fiberlite.Lock() or fiberlite.RLock()")
-        cid, place = lock._ref.call("condition", condvar.CONDITION_BYTES)
+        cid, place = remote_call(lock._ref, "condition", condvar.CONDITION_BYTES)
         self._setup(lock, cid, place)
 
     def _setup(self, lock: _LockBase, cid: str, place: Place) -> None:
@@ -74,6 +74,7 @@ class Condition:
         cells = self._cells
         if cells is not None:
             return condvar.wait(cells[0], cells[1], self._holder, timeout)
+        self._lock._settle()  # what was written to a copy the lock carries is the object's first
         # interrupted (KeyboardInterrupt...): the error goes on once the lock is held again
         return blocking_call(self._lock._ref, "cond_wait", self._cid, timeout, interrupted="cond_resume")
 
@@ -96,13 +97,13 @@ class Condition:
         if cells is not None:
             condvar.notify(cells[0], cells[1], self._holder, n)
         else:
-            self._lock._ref.call("cond_notify", self._cid, n, *caller())
+            remote_call(self._lock._ref, "cond_notify", self._cid, n, *caller())
 
     def __repr__(self) -> str:
         try:
             cells = self._cells
             sleepers: Any = (condvar.sleepers(cells[0]) if cells is not None
-                             else self._lock._ref.call("cond_state", self._cid))
+                             else remote_call(self._lock._ref, "cond_state", self._cid))
         except Exception:
             sleepers = "unknown"
         return f"<Condition({self._lock!r}, {sleepers})>"

@@ -6,13 +6,15 @@ Processes that cannot map it go through its creator's hub.
 """
 from __future__ import annotations
 
+import threading
 from ctypes import addressof, c_uint32
 from typing import Any
 
+from ..runtime.hub import current_hub
 from ..runtime.shm import sync
 from ..runtime.shm.arena import Block
 from ..runtime.shm.remote import NOT_YET
-from .shared import BlockServant, SharedPrimitive, blocking_call
+from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
 
 __all__ = ["Event"]
 
@@ -27,15 +29,64 @@ def _cells(buffer: Any, offset: int) -> tuple[memoryview, Any, int]:
             addressof(c_uint32.from_buffer(buffer, offset + 4)))
 
 
+class _Once:
+    """A request answered by whichever comes first (the rest are ignored); ``done()``
+    is called at the first answer."""
+
+    __slots__ = ("_request", "peer", "_done", "_lock")
+
+    def __init__(self, request: Any, done: Any) -> None:
+        self._request, self.peer, self._done = request, request.peer, done
+        self._lock = threading.Lock()
+
+    def _first(self) -> Any:
+        """The request, to the first answer only (None after)."""
+        with self._lock:
+            request, self._request = self._request, None
+        if request is not None:
+            self._done()
+        return request
+
+    def reply(self, value: Any = None) -> None:
+        request = self._first()
+        if request is not None:
+            request.reply(value)
+
+    def fail(self, exc: BaseException) -> None:
+        request = self._first()
+        if request is not None:
+            request.fail(exc)
+
+
 class EventServant(BlockServant):
-    """An event in its creator's hub: acts for the jobs that cannot map it."""
+    """An event in its creator's hub: acts for the jobs that cannot map it. A job's
+    wait waits on a thread of the hub; a ``set()`` of the creator itself answers it
+    at once, on the setter's thread (:meth:`answer_waits`), which spares the round
+    trip a thread's wake-up, and so does a job's ``set()`` that comes through the hub."""
 
     def __init__(self, block: Block) -> None:
         super().__init__(block)
         self.words, self.flag, self.sleepers = _cells(block.buffer, block.offset)
+        self.waiting: dict[tuple, _Once] = {}  # the jobs' waits under way
+
+    def answer_waits(self) -> None:
+        """(the creator, having set the event) Answer every job's wait under way: True."""
+        for once in list(self.waiting.values()):
+            once.reply(True)
+
+    def op_cancel(self, request, pid: int, tid: int, ticket: int, undo_grant: bool = False) -> None:
+        self.waiting.pop((request.peer, pid, tid, ticket), None)
+        super().op_cancel(request, pid, tid, ticket, undo_grant)
+
+    def peer_lost(self, peer: int) -> None:
+        for key in [key for key in self.waiting if key[0] == peer]:
+            self.waiting.pop(key, None)
+        super().peer_lost(peer)
 
     def op_set(self, request) -> None:
         sync.set_and_wake(self.flag, 1, self.sleepers)
+        if self.waiting:
+            self.answer_waits()
         request.reply()
 
     def op_clear(self, request) -> None:
@@ -49,20 +100,28 @@ class EventServant(BlockServant):
         if self.words[0] or (timeout is not None and timeout <= 0):
             request.reply(bool(self.words[0]))
             return
-        flag, sleepers = self.flag, self.sleepers
+        flag, sleepers, key = self.flag, self.sleepers, (request.peer, pid, tid, ticket)
 
         def attempt(seconds: float | None) -> Any:
             return True if sync.wait_while(flag, 0, sleepers, seconds) else NOT_YET
-        self.waits.start(request, (request.peer, pid, tid, ticket), attempt, timeout, False)
+        once = self.waiting[key] = _Once(request, lambda: self.waiting.pop(key, None))
+        if self.words[0]:  # set meanwhile, perhaps by the creator, which did not see this wait
+            once.reply(True)
+            return
+        self.waits.start(once, key, attempt, timeout, False)
 
 
 class Event(SharedPrimitive):
     """An event flag (``multiprocessing.Event``)."""
 
+    _waiting: dict = {}  # (in the creator) its servant's waits of jobs, answered by set()
+
     def __init__(self, *, ctx: Any = None) -> None:
         block = self._create(EVENT_BYTES, EventServant)
         sync.setup_word(block.buffer, block.offset)
         self._publish()
+        self._servant = current_hub().servant(self._ref.oid)
+        self._waiting = self._servant.waiting
 
     def _bind(self, buffer: Any, offset: int, slot: int) -> None:
         self._words, self._flag, self._sleepers = _cells(buffer, offset)
@@ -70,20 +129,22 @@ class Event(SharedPrimitive):
     def is_set(self) -> bool:
         if self._local:
             return self._words[0] != 0
-        return self._ref.call("is_set")
+        return remote_call(self._ref, "is_set")
 
     def set(self) -> None:
         """Set the flag and wake every waiter."""
         if self._local:
             sync.set_and_wake(self._flag, 1, self._sleepers)
+            if self._waiting:
+                self._servant.answer_waits()
         else:
-            self._ref.call("set")
+            remote_call(self._ref, "set")
 
     def clear(self) -> None:
         if self._local:
             self._words[0] = 0
         else:
-            self._ref.call("clear")
+            remote_call(self._ref, "clear")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the flag is set (or ``timeout``); return the flag."""

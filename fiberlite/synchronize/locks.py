@@ -18,8 +18,9 @@ from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
 from ..runtime.shm.place import Place
 from ..runtime.shm.remote import Waits
-from . import condvar
-from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name
+from ..runtime.hub import current_hub
+from . import carry, condvar
+from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name, remote_call
 
 MUTEX_BYTES = sync.MUTEX_BYTES
 
@@ -51,6 +52,30 @@ class LockServant(BlockServant):
                 self.waits.released()
         self.acquire_for(request, block, timeout, pid, tid, ticket,
                          lambda wait, seconds: mutex.acquire_as(token, wait, seconds), give_back)
+
+    def op_acquire_carry(self, request, block: bool, timeout: float | None, oid: int, pid: int,
+                         tid: int, ticket: int) -> None:
+        """An acquire whose answer carries the bytes of the object ``oid`` of this hub
+        (:mod:`.carry`): ``(granted, bytes or None)``."""
+        raw = current_hub().servant(oid)
+        self.op_acquire(carry.SnapshotReply(request, raw, self.mutex.depth), block, timeout,
+                        pid, tid, ticket)
+
+    def op_release_carry(self, request, oid: int, data: bytes | None, pid: int, tid: int) -> None:
+        """Write ``data`` (what the holder wrote to its copy) into the object ``oid``, then release."""
+        self._write_back(request, oid, data, pid, tid)
+        self.op_release(request, pid, tid)
+
+    def op_carry_write(self, request, oid: int, data: bytes | None, pid: int, tid: int) -> None:
+        self._write_back(request, oid, data, pid, tid)
+        request.reply()
+
+    def _write_back(self, request, oid: int, data: bytes | None, pid: int, tid: int) -> None:
+        if data is None:
+            return
+        if self.mutex.owner() != self.token(request, pid, tid):
+            raise AssertionError("the lock's copy was written back by a thread that does not hold it")
+        carry.write_back(current_hub().servant(oid), data)
 
     def op_release(self, request, pid: int, tid: int) -> None:
         released = self.mutex.release_as(self.token(request, pid, tid))
@@ -112,17 +137,45 @@ class _LockBase(SharedPrimitive):
     def _bind_remote(self) -> None:
         super()._bind_remote()
         self._mutex = None
+        self._carry: tuple[tuple[str, int], type] | None = None
         self.acquire = self._acquire_remote
         self.release = self._release_remote
         self._leave = self._release_remote
 
+    def _carry_with(self, oid: int, ctype: type) -> None:
+        """(an RLock of another machine, bound to a small object of its creator) Its
+        acquire brings a copy of the object, its release what was written (:mod:`.carry`)."""
+        if self._recursive and not self._local and self._carry is None:
+            self._carry = ((self._ref.address, oid), ctype)
+
     def _acquire_remote(self, block: bool = True, timeout: float | None = None) -> bool:
         """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
-        return blocking_call(self._ref, "acquire", block, timeout, undo_grant=True)
+        bound = self._carry
+        if bound is None or carry.live(bound[0]) is not None:  # (held already: a copy is in use)
+            self._settle()
+            return blocking_call(self._ref, "acquire", block, timeout, undo_grant=True)
+        key, ctype = bound
+        got, data = blocking_call(self._ref, "acquire_carry", block, timeout, key[1], undo_grant=True)
+        if got and data is not None:
+            carry.begin(key, ctype, data, self._settle)
+        return got
 
     def _release_remote(self) -> None:
         """Release the lock (ValueError if unlocked; an RLock must be held by the caller)."""
-        self._ref.call("release", *caller())
+        bound = self._carry
+        carried = carry.end(bound[0]) if bound is not None else None
+        if carried is None:
+            remote_call(self._ref, "release", *caller())
+        else:
+            remote_call(self._ref, "release_carry", bound[0][1], carried.written(), *caller())
+
+    def _settle(self) -> None:
+        """Write this thread's copy of the carried object back, and read and write the
+        object by calls from now on (until the lock is acquired afresh)."""
+        bound = self._carry if not self._local else None
+        carried = carry.end(bound[0]) if bound is not None else None
+        if carried is not None and carried.dirty:
+            remote_call(self._ref, "carry_write", bound[0][1], carried.written(), *caller())
 
     def __enter__(self) -> bool:
         return self.acquire()
@@ -137,7 +190,7 @@ class _LockBase(SharedPrimitive):
         mutex = self._mutex
         if mutex is not None:
             return mutex.is_mine(), mutex.owner(), mutex.token(), mutex.depth()
-        return self._ref.call("state", *caller())
+        return remote_call(self._ref, "state", *caller())
 
     def _is_mine(self) -> bool:
         return self._state()[0]

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block
-from .shared import BlockServant, SharedPrimitive, blocking_call
+from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
 
 __all__ = ["Semaphore", "BoundedSemaphore"]
 
@@ -95,10 +95,10 @@ class Semaphore(SharedPrimitive):
 
     def _release_remote(self) -> None:
         """Increment the counter (waking one waiter)."""
-        self._ref.call("release")
+        remote_call(self._ref, "release")
 
     def _get_value_remote(self) -> int:
-        return self._ref.call("get_value")
+        return remote_call(self._ref, "get_value")
 
     def __enter__(self) -> bool:
         return self.acquire()

@@ -17,7 +17,7 @@ import weakref
 from threading import get_ident
 from typing import Any, Callable
 
-from ..runtime import handles
+from ..runtime import direct, handles
 from ..runtime.hub import LOCAL_PEER, ObjectRef, Servant
 from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
@@ -158,17 +158,14 @@ def blocking_call(ref: ObjectRef, method: str, *args: Any, undo_grant: bool = Fa
     servant's ``interrupted`` operation (``cancel``, with ``undo_grant``: what was granted
     and not seen yet is given back), so that nothing is granted to nobody."""
     pid, tid, ticket = os.getpid(), get_ident(), next(_tickets)
-    try:
-        return ref.wait(method, *args, pid, tid, ticket)  # Ctrl-C interrupts it
-    except Exception:
-        raise
-    except BaseException:
-        extra = (undo_grant,) if interrupted == "cancel" else ()
-        try:
-            ref.call(interrupted, pid, tid, ticket, *extra)
-        except Exception:
-            pass
-        raise
+    extra = (undo_grant,) if interrupted == "cancel" else ()
+    return direct.call(ref, method, *args, pid, tid, ticket, interruptible=True,
+                       interrupted=(interrupted, pid, tid, ticket, *extra))
+
+
+def remote_call(ref: ObjectRef, method: str, *args: Any) -> Any:
+    """A call of a remote primitive's servant that answers at once (direct where offered)."""
+    return direct.call(ref, method, *args)
 
 
 def caller() -> tuple[int, int]:
@@ -193,5 +190,5 @@ def owner_name(mine: bool, owner: int, my_token: int) -> str:
     return "SomeOtherProcess"
 
 
-__all__ = ["BlockServant", "SharedPrimitive", "NotOwnedError", "blocking_call", "caller",
+__all__ = ["BlockServant", "SharedPrimitive", "NotOwnedError", "blocking_call", "remote_call", "caller",
            "owner_name", "LOCAL_PEER"]

@@ -315,6 +315,11 @@ class Client:
             riders, self._riders = tuple(self._riders), []
         return riders
 
+    @property
+    def unsynced(self) -> int:
+        """One-way requests sent since the last :meth:`flush` (not known to be handled)."""
+        return self._unsynced
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every one-way request sent so far has been handled; raise the
         first failure one of them reported (``TimeoutError`` after ``timeout`` seconds)."""

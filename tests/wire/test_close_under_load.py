@@ -177,7 +177,7 @@ def test_link_close_wakes_its_reader(transport, no_thread_left):
 
 @pytest.mark.parametrize("transport", ["local", "tcp"])
 def test_link_close_wakes_a_sender_waiting_for_room(transport, no_thread_left):
-    frame = b"x" * 16
+    frame = b"x" * 4096  # the queues fill in a few thousand sends, as many as of 16 bytes on nng
     for i in range(rounds(20)):
         reader, writer = linked_pair(transport)
         while writer.send(frame):  # fills the link's queues (no reader takes anything)

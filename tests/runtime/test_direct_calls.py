@@ -1,0 +1,197 @@
+"""Direct calls (``fiberlite/wire/direct.py``, ``fiberlite/runtime/direct.py``): a job of
+another machine calls its creator's primitives on plain TCP connections that speak for
+its nng connection, and a lock's acquire can carry a small ``Value`` to it
+(``fiberlite/synchronize/carry.py``)."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+from interpreters import run_python
+
+import fiberlite
+from fiberlite.errors import AuthenticationError
+from fiberlite.runtime import identity
+from fiberlite.wire.direct import DirectConnection, DirectServer
+
+pytestmark = pytest.mark.timeout(120)
+WAIT = 30
+
+
+@pytest.fixture
+def server():
+    seen: list = []
+
+    def handler(request, message):
+        seen.append((request.peer, message))
+        request.reply(("echo", message))
+    direct = DirectServer(identity.key(), "127.0.0.1", handler)
+    yield direct, seen
+    direct.close()
+
+
+def test_a_connection_with_the_ticket_of_a_peer_speaks_for_that_peer(server):
+    direct, seen = server
+    address, ticket = direct.offer(7)
+    conn = DirectConnection(address, ticket, identity.key())
+    assert conn.call((1, "ping", (2,)), None) == (True, ("echo", (1, "ping", (2,))))
+    assert seen == [(7, (1, "ping", (2,)))]
+    assert direct.offer(7) == (address, ticket)  # one ticket per peer
+    conn.close()
+
+
+def test_a_forged_ticket_or_a_wrong_key_gets_no_connection(server):
+    direct, seen = server
+    address, _ = direct.offer(7)
+    with pytest.raises((ConnectionError, OSError)):
+        DirectConnection(address, b"x" * 16, identity.key())
+    with pytest.raises(AuthenticationError):
+        DirectConnection(address, direct.offer(7)[1], b"not the key" * 3)
+    assert seen == []
+
+
+def test_the_end_of_a_peer_closes_its_connections_before_it_is_reported(server):
+    direct, seen = server
+    address, ticket = direct.offer(3)
+    conn = DirectConnection(address, ticket, identity.key())
+    conn.call((1, "first", ()), None)
+    reported = threading.Event()
+    closed_first: list = []
+
+    def then():
+        closed_first.append(not direct._conns.get(3))
+        reported.set()
+    assert direct.end_peer(3, then)
+    assert reported.wait(WAIT)
+    assert closed_first == [True]
+    with pytest.raises((ConnectionError, OSError)):
+        conn.call((1, "after", ()), None)
+    with pytest.raises((ConnectionError, OSError)):  # its ticket is no longer taken
+        DirectConnection(address, ticket, identity.key())
+    assert not direct.end_peer(3, then)  # (told once)
+
+
+# -- through jobs, with share_machine off -------------------------------------------------------
+@pytest.fixture
+def across_machines(monkeypatch):
+    from fiberlite import config
+    monkeypatch.setattr(config, "_overrides", dict(config._overrides, share_machine=False))
+    monkeypatch.setattr(config, "_resolved", None)
+
+
+def report_paths(lock, value, results):
+    """Use the lock and the value, and say which path the calls took."""
+    from fiberlite.runtime import direct
+    with lock:
+        value.value += 1
+        value.get_obj().value += 1  # a raw access of the holder sees what it wrote
+        results.put(value.value)
+    results.put(sorted(type(channel).__name__ for channel in direct._channels.values()))
+
+
+def test_a_job_of_another_machine_calls_directly_and_counts_right(across_machines):
+    value = fiberlite.Value("i", 5)
+    results = fiberlite.Queue()
+    job = fiberlite.Process(target=report_paths, args=(value.get_lock(), value, results))
+    job.start()
+    assert results.get(timeout=WAIT) == 7
+    assert results.get(timeout=WAIT) == ["_Channel"]
+    job.join(WAIT)
+    assert job.exitcode == 0
+    assert value.value == 7
+
+
+def hold_and_write(value, holding):
+    with value.get_lock():
+        value.value = 999  # in the copy the acquire brought: lost with this job
+        holding.set()
+        threading.Event().wait()  # until killed
+
+
+def add(value, times):
+    for _ in range(times):
+        with value.get_lock():
+            value.value += 1
+
+
+def test_a_holder_killed_across_machines_leaves_the_lock_free_and_the_others_count_on(across_machines):
+    value = fiberlite.Value("i", 10)
+    holding = fiberlite.Event()
+    holder = fiberlite.Process(target=hold_and_write, args=(value, holding))
+    holder.start()
+    assert holding.wait(WAIT)
+    others = [fiberlite.Process(target=add, args=(value, 50)) for _ in range(2)]
+    for job in others:
+        job.start()
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(WAIT)
+    assert holder.exitcode == -signal.SIGKILL
+    for job in others:
+        job.join(WAIT)
+        assert job.exitcode == 0
+    assert value.get_lock().acquire(timeout=WAIT)
+    value.get_lock().release()
+    assert value.value == 10 + 100  # the killed holder's write never reached the memory
+
+
+def wait_and_answer(ping, pong, rounds):
+    for _ in range(rounds):
+        assert ping.wait(WAIT)
+        ping.clear()
+        pong.set()
+
+
+def test_events_across_machines_ping_pong(across_machines):
+    ping, pong = fiberlite.Event(), fiberlite.Event()
+    job = fiberlite.Process(target=wait_and_answer, args=(ping, pong, 20))
+    job.start()
+    for _ in range(20):
+        ping.set()
+        assert pong.wait(WAIT)
+        pong.clear()
+    job.join(WAIT)
+    assert job.exitcode == 0
+
+
+def test_with_tls_a_job_calls_through_nng(monkeypatch):
+    from fiberlite.runtime.direct import _channel
+    from fiberlite.runtime import direct
+    monkeypatch.setattr(direct, "_channels", {})
+    assert _channel("tls+tcp://127.0.0.1:1") is None  # decided without dialing anything
+    assert direct._channels == {"tls+tcp://127.0.0.1:1": direct.UNAVAILABLE}
+
+
+def test_a_direct_connection_refuses_a_non_tcp_address():
+    with pytest.raises(ValueError):
+        DirectConnection("ipc:///nowhere", b"t" * 16, identity.key())
+
+
+TLS_SCRIPT = '''
+import fiberlite
+
+def work(value, done, paths):
+    from fiberlite.runtime import direct
+    for _ in range(20):
+        with value.get_lock():
+            value.value += 1
+    done.set()
+    paths.put(sorted(set(map(str, direct._channels.values()))))
+
+if __name__ == "__main__":
+    value, done, paths = fiberlite.Value("i", 0), fiberlite.Event(), fiberlite.Queue()
+    job = fiberlite.Process(target=work, args=(value, done, paths))
+    job.start()
+    print(done.wait(60), paths.get(timeout=60), flush=True)
+    job.join(60)
+    print(value.value, job.exitcode, flush=True)
+'''
+
+
+def test_with_tls_on_a_job_of_another_machine_calls_through_nng_and_counts_right(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(TLS_SCRIPT)
+    out = run_python(script, env={"FIBERLITE_TLS": "1", "FIBERLITE_SHARE_MACHINE": "0"}, timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["True ['unavailable']", "20 0"]
