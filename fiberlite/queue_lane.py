@@ -64,7 +64,9 @@ class QueueState:
         self.joinable = joinable
         self.counts = RawArray("i", 7) if counts is None else counts
         self.cond = Condition() if cond is None else cond
-        self.watcher = Lock() if watcher is None else watcher  # held by the lane's watcher
+        if watcher is None:  # held by the lane's watcher (False: no watch without the words)
+            watcher = Lock() if _WORDS is not None else False
+        self.watcher = watcher
         self._items = _address(self.counts, ITEMS) if not maxsize else None
         self._total = _address(self.counts, TOTAL)
         self.waiting = _address(self.counts, WAITING)
