@@ -21,20 +21,24 @@ from typing import Any, Callable
 
 from .runtime.lanes.feeder import Feeder
 from .runtime.lanes.lane import Lane
+from .runtime.lanes.watch import Watch
 from .runtime.shm import sync
 from .runtime.lanes.shared import LanePlace, create, lane_at
 from .runtime.links.frames import EOF
 from .sharedctypes import RawArray
-from .synchronize import Condition
+from .synchronize import Condition, Lock
 
-ITEMS, UNFINISHED, TOTAL, WAITING, FRONT = 0, 1, 2, 3, 4  # the state's counts (TOTAL: items
-# ever put; WAITING: readers waiting on the lane, see Lane.waiting; FRONT: items given back
-# by readers of other machines, ahead of the lane, see runtime.lanes.lending.Front)
+ITEMS, UNFINISHED, TOTAL, WAITING, FRONT, SLEEPERS, SIGNAL = range(7)  # the state's words
+# (TOTAL: items ever put; WAITING: readers waiting on the lane, see Lane.waiting; FRONT:
+# items given back by readers of other machines, ahead of the lane, see
+# runtime.lanes.lending.Front; SLEEPERS and SIGNAL: readers asleep while another watches
+# the lane, and the word they sleep on, see runtime.lanes.watch)
 
 
 # an atomic add on a word at an address (the C extension's): without it, the counts
-# change under the state's condition
+# change under the state's condition (and every reader waits on the lane)
 _atomic_add = None if sync.PORTABLE else sync.add
+_WORDS = None if sync.PORTABLE else (sync.load, sync.add, sync.wait, sync.wake)
 
 
 def _address(counts: Any, index: int) -> int | None:
@@ -54,18 +58,30 @@ class QueueState:
     The count of items of an unbounded queue changes by atomic additions, without the
     lock; a bounded queue's changes under the condition, whose waiters wait for room."""
 
-    def __init__(self, maxsize: int, joinable: bool, counts: Any = None, cond: Any = None) -> None:
+    def __init__(self, maxsize: int, joinable: bool, counts: Any = None, cond: Any = None,
+                 watcher: Any = None) -> None:
         self.maxsize = maxsize
         self.joinable = joinable
-        self.counts = RawArray("i", 5) if counts is None else counts
+        self.counts = RawArray("i", 7) if counts is None else counts
         self.cond = Condition() if cond is None else cond
+        if watcher is None:  # held by the lane's watcher (False: no watch without the words)
+            watcher = Lock() if _WORDS is not None else False
+        self.watcher = watcher
         self._items = _address(self.counts, ITEMS) if not maxsize else None
         self._total = _address(self.counts, TOTAL)
         self.waiting = _address(self.counts, WAITING)
         self._front = _address(self.counts, FRONT)
 
     def __reduce__(self):
-        return (QueueState, (self.maxsize, self.joinable, self.counts, self.cond))
+        return (QueueState, (self.maxsize, self.joinable, self.counts, self.cond, self.watcher))
+
+    def watch(self) -> Watch | None:
+        """Which of this machine's readers waits on the lane (None: each of them)."""
+        mutex = getattr(self.watcher, "_mutex", None)  # (None: the lock is its creator's)
+        sleepers, signal = _address(self.counts, SLEEPERS), _address(self.counts, SIGNAL)
+        if mutex is None or sleepers is None or signal is None or _WORDS is None:
+            return None
+        return Watch(mutex, sleepers, signal, _WORDS)
 
     def reserve(self, block: bool, timeout: float | None) -> None:
         """Count one more item (waiting for room in a bounded queue: ``queue.Full``)."""
@@ -150,6 +166,8 @@ class QueueLane:
         self.feeder = Feeder(lane) if lane is not None else None
         if lane is not None and state.waiting is not None:
             lane.waiting = (_atomic_add, state.waiting)
+        if lane is not None:
+            lane.watch = state.watch()
         self.watcher: Any = None  # called after each put and get of this process (the page)
         # takes up to n of the items given back ahead of the lane (runtime.lanes.lending.Front):
         # the creator's own, or a call to it

@@ -33,6 +33,7 @@ from typing import Any, Callable
 from ...wire import unix
 from ...wire.link.awake import Awake
 from ..links.frames import EOF, item_frame, read_frame
+from .watch import Watch
 
 INLINE_MAX = 32 * 1024  # larger messages travel in a memfd of their own
 ROOM = 4 << 20  # what a lane may hold (the kernel counts about 1 KiB for a small message)
@@ -91,7 +92,7 @@ def _make_room(writing: socket.socket) -> None:
 class Lane:
     """This process's view of a lane: its writing and/or reading socket."""
 
-    __slots__ = ("writing", "reading", "waiting", "_poll_in", "_awake", "__weakref__")
+    __slots__ = ("writing", "reading", "waiting", "watch", "_poll_in", "_awake", "__weakref__")
 
     def __init__(self, writing: socket.socket | None, reading: socket.socket | None) -> None:
         self.writing = writing
@@ -100,6 +101,8 @@ class Lane:
         # which ``add(address, delta)`` changes atomically (returning the old count);
         # only the first :data:`SPINNERS` of them look awake. None: every reader does
         self.waiting: tuple[Callable[[int, int], int], int] | None = None
+        # a queue's: which one of the readers waits on the lane (None: each of them)
+        self.watch: Watch | None = None
         self._poll_in: Any = None
         self._awake = Awake()  # a read looks awake before it sleeps
 
@@ -117,14 +120,22 @@ class Lane:
             if type(frame) is bytes:
                 if len(frame) <= INLINE_MAX:
                     self.writing.send(frame, flags)
+                    if self.watch is not None:
+                        self.watch.sent()
                     return True
                 parts = [frame]
             else:
                 parts = list(frame)
                 if sum(memoryview(p).nbytes for p in parts) <= INLINE_MAX:
                     self.writing.sendmsg(parts, (), flags)
+                    if self.watch is not None:
+                        self.watch.sent()
                     return True
-            return self._send_large(parts, flags)
+            if not self._send_large(parts, flags):
+                return False
+            if self.watch is not None:
+                self.watch.sent()
+            return True
         except BlockingIOError:
             return False
         except BrokenPipeError:
@@ -178,6 +189,8 @@ class Lane:
         except BlockingIOError:
             if timeout is not None and timeout <= 0:
                 return None
+        if self.watch is not None:
+            return self.watch.receive(self, timeout, wake)
         waiting = self.waiting
         if waiting is None:
             return self._wait(timeout, True, wake)
@@ -187,11 +200,23 @@ class Lane:
         finally:
             add(address, -1)
 
+    def take_now(self) -> Any:
+        """The next message if one is there now (or the end), else None."""
+        try:
+            data, ancillary, _, _ = self.reading.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
+        except BlockingIOError:
+            return None
+        return self._decode(data, ancillary)
+
+    def watch_wait(self, timeout: float | None, wake: Callable[[], bool] | None) -> Any:
+        """Wait for the next message as the lane's one watcher (:mod:`.watch`)."""
+        return self._wait(timeout, True, wake)
+
     def _wait(self, timeout: float | None, look: bool, wake: Callable[[], bool] | None) -> Any:
         """:meth:`receive` once nothing was there: looking awake first when ``look``."""
         sock = self.reading
         if look:
-            got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW), self._readable_now)
+            got = self._awake.look(lambda: sock.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW), self.readable_now)
             if got is not None:
                 return self._decode(got[0], got[1])
         # a blocking read: the kernel wakes one waiting reader per message (a poll would
@@ -214,7 +239,7 @@ class Lane:
                 continue
             return self._decode(data, ancillary)
 
-    def _readable_now(self) -> bool:
+    def readable_now(self) -> bool:
         """Whether a message (or the end) is there, without waiting (no exception when not)."""
         poller = self._poll_in
         if poller is None:

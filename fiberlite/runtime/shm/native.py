@@ -11,7 +11,7 @@ from ctypes import addressof, c_uint32
 from typing import Any
 
 from ._sync import (HELD, MAX_SLOT, MUTEX_BYTES, SEMAPHORE_BYTES, THREAD_BITS, Mutex,
-                    NotOwnedError, Semaphore, add, after_fork, set_and_wake, wait,
+                    NotOwnedError, Semaphore, add, after_fork, load, set_and_wake, wait,
                     wait_while, wake)
 from ._sync import setup_semaphore as setup_semaphore
 

@@ -36,7 +36,7 @@ if not REASON:
     try:
         from .native import (HELD, MAX_SLOT, MUTEX_BYTES, SEMAPHORE_BYTES, THREAD_BITS,
                              WORD_SPARE, Mutex, NotOwnedError, Semaphore, add, after_fork,
-                             mark_segment, reachable, set_and_wake, setup_mutex, setup_semaphore,
+                             load, mark_segment, reachable, set_and_wake, setup_mutex, setup_semaphore,
                              setup_word, teardown, wait, wait_while, wake, word)
     except ImportError as exc:
         REASON = f"the C extension is not built ({exc})"
