@@ -53,12 +53,15 @@ def take_ack_lane(sock: socket.socket, deadline: float) -> memoryview | None:
         return None
 
 
-def tune(sock: socket.socket, cancel_check_us: int) -> None:
-    """Buffers as large as the kernel gives, blocking mode, and a receive that waits for
-    ever woken every ``cancel_check_us`` microseconds."""
+def tune(sock: socket.socket, cancel_check_us: int, buffer: int | None = SOCKET_BUFFER) -> None:
+    """Buffers of ``buffer`` bytes each way, or as large as the kernel gives below that
+    (None: the kernel's own, which TCP sizes to the network), blocking mode, and a
+    receive that waits for ever woken every ``cancel_check_us`` microseconds."""
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        if buffer is None:
+            break
         try:
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, option, buffer)
         except OSError:
             pass
     sock.setblocking(True)
