@@ -94,7 +94,7 @@ def test_a_job_on_this_machine_is_linked_over_a_unix_socket_whatever_address_its
         pytest.skip("this machine has no address but loopback")
     script = tmp_path / "transport.py"
     script.write_text(LINK_TRANSPORT.format(rounds=ROUNDS))
-    for share, transport in (("1", "local"), ("0", "tcp")):
+    for share, transport in (("1", "local"), ("0", "nng+tcp")):
         run = run_python(script, timeout=60, env={"FIBERLITE_LISTEN_HOST": address,
                                                   "FIBERLITE_SHARE_MACHINE": share})
         assert run.returncode == 0, run.stderr
@@ -291,7 +291,7 @@ def transport(request, monkeypatch):
 
 def _listen(key: bytes, transport: str):
     link = links.listen("127.0.0.1", key, use_tls=False, same_machine=transport == "local")
-    assert link.address.startswith(LOCAL if transport == "local" else "tcp://")
+    assert link.address.startswith(LOCAL if transport == "local" else "nng+tcp://")
     return link
 
 
@@ -353,7 +353,7 @@ def _raw_connection(address: str) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX)
         sock.connect("\0" + address[len(LOCAL):])
         return sock
-    return socket.create_connection(host_port(address), timeout=10)
+    return socket.create_connection(host_port(address.removeprefix("nng+")), timeout=10)
 
 
 TLS_SCRIPT = """

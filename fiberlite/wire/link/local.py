@@ -18,7 +18,7 @@ import socket
 import time
 
 from .. import auth, unix
-from .sockets import new_ack_lane, take_ack_lane
+from .sockets import dial_proven, new_ack_lane, take_ack_lane
 from .stream import StreamLink
 
 SCHEME = "local://"
@@ -75,28 +75,13 @@ class LocalLink(StreamLink):
     def dial(cls, address: str, key: bytes) -> "LocalLink":
         """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
         :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
-        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        name = address[len(SCHEME):]
+        fd, lane = new_ack_lane()
         try:
-            sock = unix.connect_abstract(address[len(SCHEME):], HANDSHAKE_TIMEOUT)
-        except ConnectionRefusedError:
-            raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
-        except OSError as exc:
-            raise ConnectionError(f"cannot link to {address}: {exc}") from None
-        try:
-            auth.prove_on(sock, key, address, deadline)
-            fd, lane = new_ack_lane()
-            try:
-                socket.send_fds(sock, [b"A"], [fd])
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            sock.close()
-            if isinstance(exc, ConnectionRefusedError):
-                raise
-            raise ConnectionError(f"cannot link to {address}: {exc}") from None
-        except BaseException:
-            sock.close()
-            raise
+            sock = dial_proven(lambda wait: unix.connect_abstract(name, wait), address, key,
+                               HANDSHAKE_TIMEOUT, lambda sock: socket.send_fds(sock, [b"A"], [fd]))
+        finally:
+            os.close(fd)
         link = cls(address=address)
         link._acks = lane
         link._connected(sock)

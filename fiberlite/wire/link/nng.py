@@ -98,7 +98,7 @@ class NngLink(LossCallbacks):
             sock.close()
             raise
         link = cls(sock)
-        link.address = address
+        link.address = address if use_tls else "nng+" + address  # (tcp:// is the TCP flavour's)
         if use_tls:
             link._unwatch = tls_watch.watch(link, sock, tls.host_port(address)[1],
                                             timeout=HANDSHAKE_TIMEOUT_MS / 1000)

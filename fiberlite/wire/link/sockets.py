@@ -17,7 +17,34 @@ from typing import Callable
 
 SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
 
-from .. import threads
+from .. import auth, threads
+
+
+def dial_proven(connect: Callable[[float], socket.socket], address: str, key: bytes,
+                timeout: float, then: Callable[[socket.socket], None] | None = None) -> socket.socket:
+    """The connection ``connect(timeout)`` makes to ``address``, once both ends proved
+    ``key`` within ``timeout`` seconds and ``then(sock)`` (the flavour's own first step),
+    if given, ran: ``ConnectionRefusedError`` when nobody listens
+    there, ``ConnectionError`` when it fails otherwise,
+    :class:`~fiberlite.errors.AuthenticationError` for a wrong key."""
+    deadline = time.monotonic() + timeout
+    try:
+        sock = connect(timeout)
+    except ConnectionRefusedError:
+        raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
+    except OSError as exc:
+        raise ConnectionError(f"cannot link to {address}: {exc}") from None
+    try:
+        auth.prove_on(sock, key, address, deadline)
+        if then is not None:
+            then(sock)
+    except OSError as exc:
+        sock.close()
+        raise ConnectionError(f"cannot link to {address}: {exc}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def ack_lane(fd: int) -> memoryview:
