@@ -28,7 +28,7 @@ class Listener:
 
     def __init__(self, listening: socket.socket, address: str, key: bytes,
                  serve: Callable[[socket.socket], None], where: str, *,
-                 limit: int = UNPROVEN_AT_ONCE) -> None:
+                 limit: int = UNPROVEN_AT_ONCE, timeout: float = HANDSHAKE_SECONDS) -> None:
         self.address = address
         self._listening: socket.socket | None = listening
         self._key = key
@@ -36,8 +36,10 @@ class Listener:
         self._where = where
         self._lock = threading.Lock()
         self._served: set[socket.socket] = set()
+        self._checking: set[Check] = set()  # connections proving the key now
         self._closed = False
-        self._gate = Gate(HANDSHAKE_SECONDS, limit, where)
+        self._timeout = timeout
+        self._gate = Gate(timeout, limit, where)
         threading.Thread(target=self._accept, args=(listening,), daemon=True,
                          name="fiberlite-link-accept").start()
 
@@ -70,6 +72,8 @@ class Listener:
                     return  # closed
                 tcp.nodelay(sock)
                 check = Check(sock.fileno)
+                with self._lock:
+                    self._checking.add(check)
                 self._gate.admit(check, check.cut)
                 threading.Thread(target=self._check, args=(sock, check), daemon=True,
                                  name=f"{self._where}-connection").start()
@@ -77,9 +81,11 @@ class Listener:
             listening.close()  # here, once accept returned: never under a blocked accept
 
     def _check(self, sock: socket.socket, check: Check) -> None:
-        proved = auth.check_on(sock, self._key, time.monotonic() + HANDSHAKE_SECONDS,
+        proved = auth.check_on(sock, self._key, time.monotonic() + self._timeout,
                                lambda: self._gate.started(check))
         check.over()
+        with self._lock:
+            self._checking.discard(check)
         if not self._gate.passed(check) or not proved:
             sock.close()
             return
@@ -96,11 +102,12 @@ class Listener:
                 self._served.discard(sock)
 
     def close(self) -> None:
-        """Stop listening and shut down every connection still served (the link on it
-        ends for the thread in ``serve``)."""
+        """Stop listening, cut off the connections still proving the key and shut down
+        every connection still served (the link on it ends for the thread in ``serve``)."""
         with self._lock:
             self._closed = True
             served, self._served = list(self._served), set()
+            checking = list(self._checking)
             listening, self._listening = self._listening, None
         self._gate.close()
         if listening is not None:
@@ -108,6 +115,8 @@ class Listener:
                 listening.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, which closes it
             except OSError:
                 pass
+        for check in checking:
+            check.cut()
         for sock in served:
             try:
                 sock.shutdown(socket.SHUT_RDWR)

@@ -60,6 +60,7 @@ class StreamLink(LossCallbacks):
         self._lost_callbacks: list[Callable[[], None]] = []
         self._backlog: Backlog | None = None
         self._acks = 0  # acknowledgements read so far (in line)
+        self._left = 0  # bytes of the frame recv_into is in that it has not read yet
         self._awake = Awake()  # see _spin
 
     @classmethod
@@ -190,28 +191,37 @@ class StreamLink(LossCallbacks):
             return None
 
     def recv_into(self, buffer: Any, timeout_ms: int = -1) -> int:
-        """Read the next frame straight into ``buffer`` (writable, contiguous, at least
-        as large as the frame) and return its size; the errors of :meth:`recv`, and
-        ``ValueError`` (the frame left unread) when it does not fit."""
+        """Fill ``buffer`` (writable, contiguous) with the next ``nbytes`` of what the peer
+        sent: the frames' contents back to back, as a byte stream (a frame may be split
+        between calls, a call may span frames; large parts are read straight into
+        ``buffer``). Returns ``nbytes``; the errors of :meth:`recv`. A receive with a
+        timeout may fail midway, and what it read is then lost: bulk readers wait for
+        ever (-1). A link is read either this way or by :meth:`recv`, not both at once."""
         view = memoryview(buffer).cast("B")
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         lost = self.lost
-        size = self._next_size()
-        while size is None:
-            self._fill(deadline, lost)
-            size = self._next_size()
-        if size > view.nbytes:
-            raise ValueError(f"a frame of {size} bytes does not fit in a buffer of {view.nbytes}")
-        start = self._start + 8
-        have = min(size, self._end - start)
-        view[:have] = self._view[start:start + have]
-        if start + have == self._end:
+        want, have = view.nbytes, 0
+        while have < want:
+            if not self._left:  # at a frame's start: its length first
+                size = self._next_size()
+                while size is None:
+                    self._fill(deadline, lost)
+                    size = self._next_size()
+                self._start += 8
+                self._left = size
+                continue
+            take = min(self._left, want - have, self._end - self._start)
+            if take:  # what was read already
+                view[have:have + take] = self._view[self._start:self._start + take]
+                self._start += take
+            else:  # nothing read: straight into the caller's memory
+                take = min(self._left, want - have)
+                self._read_rest(self._sock, view[have:have + take], 0, deadline)
+            have += take
+            self._left -= take
+        if self._start == self._end:
             self._start = self._end = 0
-        else:
-            self._start = start + have
-        if have < size:
-            self._read_rest(self._sock, view[:size], have, deadline)
-        return size
+        return want
 
     def _next_size(self) -> int | None:
         """The size of the next frame once its length has arrived (acknowledgements before
@@ -252,7 +262,7 @@ class StreamLink(LossCallbacks):
         if size is not None and size + 8 > CHUNK:  # a large frame: read it into a buffer of its own
             frame = bytearray(size)
             self.recv_into(frame, -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000)))
-            return frame
+            return frame  # (a frame that began arriving is read whole: see _read_rest)
         if not self._fill(deadline, lost):
             return None
         return self._buffered()
