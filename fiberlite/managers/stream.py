@@ -52,12 +52,15 @@ class Unreachable(ConnectionError):
 
 # -- frames ----------------------------------------------------------------------------------------
 class Framed:
-    """A link carrying calls: each a pickle and its out-of-band buffers, as one frame."""
+    """A link carrying calls: each a pickle and its out-of-band buffers, as one frame.
+    A receive sleeps at once (the peer runs Python before it answers: looking awake
+    for the reply would only take a CPU from it)."""
 
     __slots__ = ("link", "__weakref__")
 
     def __init__(self, link: StreamLink) -> None:
         self.link = link
+        link.awake = False
 
     def send(self, parts: Parts) -> None:
         """Send a pickle and its out-of-band buffers (``(data, buffers)``) as one frame."""

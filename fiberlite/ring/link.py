@@ -82,6 +82,7 @@ class _Transfers:
     def __init__(self, link: TcpLink, receive: bool, peer: int, name: str) -> None:
         self.peer = peer
         self._link = link
+        link.awake = False   # its thread only waits: it sleeps at once
         self._receive = receive
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque[memoryview] = collections.deque()

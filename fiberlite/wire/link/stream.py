@@ -35,7 +35,8 @@ HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
-_DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
+_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+_DONTWAIT = socket.MSG_DONTWAIT | _NOSIGNAL
 
 
 class StreamLink(LossCallbacks):
@@ -62,6 +63,7 @@ class StreamLink(LossCallbacks):
         self._acks = 0  # acknowledgements read so far (in line)
         self._left = 0  # bytes of the frame recv_into is in that it has not read yet
         self._awake = Awake()  # see _spin
+        self.awake = bool(SPIN_SECONDS)  # a receive that waits looks awake first (.awake)
 
     @classmethod
     def over(cls, sock: socket.socket, address: str, buffer: int | None = SOCKET_BUFFER) -> "StreamLink":
@@ -112,6 +114,8 @@ class StreamLink(LossCallbacks):
             if not backlog.wait(deadline):
                 return False
             self._backlog = None
+        if deadline is None:  # the caller waits for ever: the kernel writes it all
+            return self._send_blocking(sock, rest_of(parts, sent))
         while not sent:
             sent = self._send_some(sock, parts)
             if sent is None:
@@ -152,6 +156,20 @@ class StreamLink(LossCallbacks):
             self._peer_gone()
             return None
 
+    def _send_blocking(self, sock: socket.socket, parts: list) -> bool:
+        """Write ``parts`` in blocking calls (one, nearly always): False if the peer is
+        gone or the link closed (which wakes the call)."""
+        while parts:
+            try:
+                sent = sock.sendmsg(parts, (), _NOSIGNAL) if len(parts) > 1 else sock.send(parts[0], _NOSIGNAL)
+            except InterruptedError:
+                continue
+            except OSError:
+                self._peer_gone()
+                return False
+            parts = rest_of(parts, sent)
+        return True
+
     def _send_all(self, sock: socket.socket, parts: list) -> bool:
         """Write ``parts`` whatever it takes (the start of their frame is out already)."""
         while parts:
@@ -173,8 +191,12 @@ class StreamLink(LossCallbacks):
             frame = self._buffered()
             if frame is not None:
                 return frame
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         lost = self.lost  # a receive that began on a live link is woken by the hang-up
+        if timeout_ms < 0 and self._drained and not self.awake and self._end == self._start:
+            frame = self._recv_sleeping()
+            if frame is not None:
+                return frame
+        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         while True:
             frame = self._read(deadline, lost)
             if frame is not None:
@@ -204,8 +226,8 @@ class StreamLink(LossCallbacks):
         while have < want:
             if not self._left:  # at a frame's start: its length first
                 size = self._next_size()
-                while size is None:
-                    self._fill(deadline, lost)
+                while size is None:  # (its length only: what follows goes straight to buffer)
+                    self._fill(deadline, lost, 9 - (self._end - self._start))
                     size = self._next_size()
                 self._start += 8
                 self._left = size
@@ -229,7 +251,9 @@ class StreamLink(LossCallbacks):
         start, end = self._start, self._end
         while end - start >= 8:
             (size,) = HEADER.unpack_from(self._inbox, start)
-            if size != 1 or not self.acks_in_line or end - start < 9 or self._inbox[start + 8] != ACK[0]:
+            if size == 1 and self.acks_in_line and end - start < 9:
+                break  # an acknowledgement, or a one-byte frame: its byte tells
+            if size != 1 or not self.acks_in_line or self._inbox[start + 8] != ACK[0]:
                 self._start = start
                 return size
             self._acks += 1
@@ -241,19 +265,44 @@ class StreamLink(LossCallbacks):
 
     def _buffered(self) -> Any:
         """A whole frame already read, taken out of the inbox; else None."""
-        size = self._next_size()
-        if size is None:
+        start, end = self._start, self._end
+        if end - start < 8:
             return None
-        start = self._start
+        (size,) = HEADER.unpack_from(self._inbox, start)
+        if size == 1 and self.acks_in_line:  # perhaps an acknowledgement (or more)
+            size = self._next_size()
+            if size is None:
+                return None
+            start = self._start
         stop = start + 8 + size
-        if stop > self._end:
+        if stop > end:
             return None
         frame = bytes(self._view[start + 8:stop])
-        if stop == self._end:
+        if stop == end:
             self._start = self._end = 0
         else:
             self._start = stop
         return frame
+
+    def _recv_sleeping(self) -> Any:
+        """A frame read by one blocking call into the empty inbox (a receive that waits
+        for ever and does not look awake, as nearly always); None: read on (more of a
+        frame, a wake-up to look at cancel(), the end)."""
+        sock = self._sock
+        if sock is None:
+            return None
+        self._receiving = True
+        try:
+            got = sock.recv_into(self._view, CHUNK)
+        except OSError:
+            return None
+        finally:
+            self._receiving = False
+        if not got:
+            return None
+        self._start, self._end = 0, got
+        self._drained = got < CHUNK
+        return self._buffered()
 
     def _read(self, deadline: float | None, lost: bool) -> Any:
         """Read what has arrived (waiting until ``deadline`` for something); a frame once
@@ -267,11 +316,11 @@ class StreamLink(LossCallbacks):
             return None
         return self._buffered()
 
-    def _fill(self, deadline: float | None, lost: bool) -> bool:
+    def _fill(self, deadline: float | None, lost: bool, most: int = CHUNK) -> bool:
         """Read what has arrived into the inbox, waiting until ``deadline`` for something:
         whether anything came. At the end of the peer's bytes: :class:`LinkTimeout` if the
         link was known to be ``lost`` when the receive began (nothing more comes), else
-        :class:`LinkCanceled` (look at the link again)."""
+        :class:`LinkCanceled` (look at the link again). Reads ``most`` bytes at most."""
         sock = self._sock
         if sock is None:
             raise LinkClosed("the link is not connected")
@@ -280,12 +329,12 @@ class StreamLink(LossCallbacks):
             self._view[:end - start] = self._view[start:end]
             self._start, self._end = 0, end - start
         end = self._end
-        room = CHUNK - end
-        into = self._view[end:] if end else self._view
+        room = min(CHUNK - end, most)
+        into = self._view[end:end + room]
         if self._drained and deadline is None:  # wait for ever: one blocking call, no poll
             self._receiving = True
             try:
-                got = self._spin(sock, into, room) if SPIN_SECONDS else None
+                got = self._spin(sock, into, room) if self.awake else None
                 if got is None:
                     got = sock.recv_into(into, room)  # (the socket wakes it to look at cancel())
             except (BlockingIOError, InterruptedError):
