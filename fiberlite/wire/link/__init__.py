@@ -37,13 +37,17 @@ __all__ = ["ACK", "Link", "LinkError", "LinkTimeout", "LinkCanceled", "LinkClose
 
 def listen(host: str, key: bytes, use_tls: bool = False, same_machine: bool = False) -> Link:
     """A listening end for one writer that reaches this process at ``host``: a Unix socket
-    when the writer is on this machine (``same_machine``, and no ``use_tls``), else nng."""
-    if same_machine and not use_tls:
+    when the writer is on this machine (``same_machine``, and no ``use_tls``), nng when
+    links must be encrypted (``use_tls``), else TCP."""
+    if use_tls:
+        from .nng import NngLink
+        return NngLink.listen(host, key, True)
+    if same_machine:
         from .local import LocalLink, available
         if available():
             return LocalLink.listen(key)
-    from .nng import NngLink
-    return NngLink.listen(host, key, use_tls)
+    from .tcp import TcpLink
+    return TcpLink.listen(host, key)
 
 
 def serve(scheme: str, where: str, key: bytes, serve_one: Callable[[socket.socket], None],
