@@ -107,6 +107,21 @@ def rest_of(parts: list, sent: int) -> list:
     return []
 
 
+def send_blocking(sock: socket.socket, parts: list) -> bool:
+    """Write ``parts`` in blocking calls (one, nearly always): False if the connection
+    failed (the peer is gone, or it was shut down here, which wakes the call)."""
+    flags = getattr(socket, "MSG_NOSIGNAL", 0)
+    while parts:
+        try:
+            sent = sock.sendmsg(parts, (), flags) if len(parts) > 1 else sock.send(parts[0], flags)
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        parts = rest_of(parts, sent)
+    return True
+
+
 class Backlog:
     """The rest of a frame whose start went out, written by ``write()`` on a thread of its
     own; further sends wait for it (:meth:`wait`), or fail if they may not wait."""

@@ -3,8 +3,8 @@ written by the sending thread and read by the receiving thread themselves.
 
 Each frame is a length and its bytes: no thread in between, one system call each way
 for a small frame, and the parts of a frame (large out-of-band buffers) go out without
-being joined first. :meth:`StreamLink.recv_into` reads a frame straight into memory the
-caller gives (bulk data: an array received in place).
+being joined first. :meth:`StreamLink.recv_into` reads the frames as one byte stream
+straight into memory the caller gives (bulk data: an array received in place).
 
 A frame whose first part went out but not the rest (the reader's socket is full) is
 finished by a thread of its own (:class:`~.sockets.Backlog`): the sender never blocks
@@ -13,9 +13,8 @@ unless it said it may, and a frame is never cut. One process-wide thread
 :meth:`StreamLink.on_lost`.
 
 Acknowledgements travel in line, as one-byte frames (:data:`~.base.ACK`) that a receive
-counts and skips; the local flavour counts them in shared memory instead.
-The flavours (:mod:`.local`, :mod:`.tcp`) make the connection and prove the key; a
-:class:`StreamLink` is what they hand over once it is proven.
+counts and skips (the local flavour counts them in shared memory). The flavours
+(:mod:`.local`, :mod:`.tcp`) make the connection, prove the key, and hand it over.
 """
 from __future__ import annotations
 
@@ -29,14 +28,13 @@ from typing import Any, Callable
 
 from .awake import SPIN_SECONDS, Awake
 from .base import ACK, LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
-from .sockets import SOCKET_BUFFER, Backlog, rest_of, tune, unwatch, watch
+from .sockets import SOCKET_BUFFER, Backlog, rest_of, send_blocking, tune, unwatch, watch
 
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
-_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
-_DONTWAIT = socket.MSG_DONTWAIT | _NOSIGNAL
+_DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 class StreamLink(LossCallbacks):
@@ -115,7 +113,10 @@ class StreamLink(LossCallbacks):
                 return False
             self._backlog = None
         if deadline is None:  # the caller waits for ever: the kernel writes it all
-            return self._send_blocking(sock, rest_of(parts, sent))
+            if send_blocking(sock, rest_of(parts, sent)):
+                return True
+            self._peer_gone()
+            return False
         while not sent:
             sent = self._send_some(sock, parts)
             if sent is None:
@@ -155,20 +156,6 @@ class StreamLink(LossCallbacks):
         except OSError:
             self._peer_gone()
             return None
-
-    def _send_blocking(self, sock: socket.socket, parts: list) -> bool:
-        """Write ``parts`` in blocking calls (one, nearly always): False if the peer is
-        gone or the link closed (which wakes the call)."""
-        while parts:
-            try:
-                sent = sock.sendmsg(parts, (), _NOSIGNAL) if len(parts) > 1 else sock.send(parts[0], _NOSIGNAL)
-            except InterruptedError:
-                continue
-            except OSError:
-                self._peer_gone()
-                return False
-            parts = rest_of(parts, sent)
-        return True
 
     def _send_all(self, sock: socket.socket, parts: list) -> bool:
         """Write ``parts`` whatever it takes (the start of their frame is out already)."""
