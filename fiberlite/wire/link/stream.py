@@ -341,7 +341,7 @@ class StreamLink(LossCallbacks):
                 return False
             except OSError:
                 got = 0
-        self._drained = got < room
+        self._drained = got < room or most < CHUNK  # (a read held to a frame's length: wait next)
         if not got:
             self._peer_gone()
             if self._closed:
