@@ -81,10 +81,9 @@ def _dial_tcp(address: str, key: bytes) -> Link:
 
 def _dial_nng(address: str, key: bytes) -> Link:
     from .nng import NngLink
-    return NngLink.dial(address.removeprefix(NNG), key)
+    return NngLink.dial(address, key)
 
 
-NNG = "nng+"  # before an nng address on plain TCP (tcp:// is the TCP flavour's)
 FLAVOURS: dict[str, Callable[[str, bytes], Link]] = {
     "local": _dial_local,        # one writer of this machine (shared acknowledgement count)
     "abstract": _dial_abstract,  # one of many callers of this machine (a Listener)
