@@ -82,6 +82,8 @@ class Framed:
         except LinkError as exc:
             raise ConnectionError(f"the connection ended ({type(exc).__name__})") from None
         size, count = _HEAD.unpack_from(frame)
+        if not count:  # (as nearly always)
+            return memoryview(frame)[_HEAD.size:], []
         at = _HEAD.size + 8 * count
         lengths = struct.unpack_from(f"<{count}Q", frame, _HEAD.size) if count else ()
         view = memoryview(frame)

@@ -180,9 +180,20 @@ class StreamLink(LossCallbacks):
                 return frame
         lost = self.lost  # a receive that began on a live link is woken by the hang-up
         if timeout_ms < 0 and self._drained and not self.awake and self._end == self._start:
-            frame = self._recv_sleeping()
-            if frame is not None:
-                return frame
+            sock = self._sock  # as nearly always: one blocking call into the empty inbox
+            if sock is not None:
+                self._receiving = True
+                try:
+                    got = sock.recv_into(self._view, CHUNK)
+                except OSError:  # (woken to look at cancel(), or the end: read on below)
+                    got = 0
+                self._receiving = False
+                if got:
+                    self._start, self._end = 0, got
+                    self._drained = got < CHUNK
+                    frame = self._buffered()
+                    if frame is not None:
+                        return frame
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         while True:
             frame = self._read(deadline, lost)
@@ -270,26 +281,6 @@ class StreamLink(LossCallbacks):
         else:
             self._start = stop
         return frame
-
-    def _recv_sleeping(self) -> Any:
-        """A frame read by one blocking call into the empty inbox (a receive that waits
-        for ever and does not look awake, as nearly always); None: read on (more of a
-        frame, a wake-up to look at cancel(), the end)."""
-        sock = self._sock
-        if sock is None:
-            return None
-        self._receiving = True
-        try:
-            got = sock.recv_into(self._view, CHUNK)
-        except OSError:
-            return None
-        finally:
-            self._receiving = False
-        if not got:
-            return None
-        self._start, self._end = 0, got
-        self._drained = got < CHUNK
-        return self._buffered()
 
     def _read(self, deadline: float | None, lost: bool) -> Any:
         """Read what has arrived (waiting until ``deadline`` for something); a frame once
