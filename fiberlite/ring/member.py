@@ -35,7 +35,6 @@ import builtins
 import contextlib
 import operator
 import os
-import socket
 import time
 from typing import Any, Iterator
 
@@ -47,6 +46,7 @@ from ..errors import RingError
 from ..runtime import identity
 from ..runtime.dialed import connect
 from ..runtime.hub import ObjectRef
+from ..wire import tcp
 from ..wire.codec import Payload
 from .errors import RingTimeoutError
 from .inbox import RingMember
@@ -412,7 +412,7 @@ class Member:
             raise ImportError(f"init_torch_distributed needs PyTorch in every member's "
                               f"environment ({exc})") from None
         host = self._refs[0].address.rsplit(":", 1)[0].split("://", 1)[-1]
-        port = self.broadcast(_free_port() if self.rank == 0 else None)
+        port = self.broadcast(tcp.free_port() if self.rank == 0 else None)
         os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port), RANK=str(self.rank),
                           WORLD_SIZE=str(self.world_size), LOCAL_RANK=str(self.local_rank),
                           LOCAL_WORLD_SIZE=str(self.local_world_size))
@@ -463,9 +463,3 @@ class _Transport:
 
     def scratch(self, count: int, nbytes: int) -> list[np.ndarray]:
         return self._member._scratch_buffers(count, nbytes)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]

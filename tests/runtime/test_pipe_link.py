@@ -23,6 +23,7 @@ from fiberlite.runtime.hub import get_hub
 from fiberlite.wire import link as links
 from fiberlite.wire.link import local as local_link
 from fiberlite.wire.link.local import SCHEME as LOCAL, available
+from fiberlite.wire.link.nng import NngLink
 from fiberlite.wire.tls import host_port
 from interpreters import run_python
 from unpickle_trap import Trace
@@ -279,7 +280,7 @@ def test_an_end_held_by_another_job_is_not_linked():
 # -- the link's own handshake, on each transport a link uses ----------------------------------
 @pytest.fixture(params=["local", "tcp"])
 def transport(request, monkeypatch):
-    """Links between jobs of one machine are Unix sockets, the others nng over TCP. A Unix
+    """Links between jobs of one machine are Unix sockets, the others TCP. A Unix
     socket's listener waits for a peer that proves the key until its handshake time is up
     (shortened here: the tests wait for that end)."""
     if request.param == "local":
@@ -324,11 +325,11 @@ def test_a_link_never_unpickles_what_an_unauthenticated_peer_sends(tmp_path, tra
     key = identity.key()
     marker = tmp_path / "unpickled"
     frame = frames.item_frame(fiberlite.wire.codec.Payload(pickle.dumps(Trace(str(marker)))))
-    if transport == "tcp":
-        listener = _listen(key, transport)
+    if transport == "tcp":   # nng's link too (what links with TLS are), dialed by nng itself
+        listener = NngLink.listen("127.0.0.1", key, False)
         thread, accepted = _accept_in_thread(listener, key)
         with pytest.raises(pynng.NNGException):   # an nng peer is closed before nng's greeting
-            with pynng.Pair0(dial=listener.address) as attacker:
+            with pynng.Pair0(dial=listener.address.removeprefix("nng+")) as attacker:
                 attacker.send(frame)
         thread.join()
         assert accepted == [False]
@@ -353,7 +354,7 @@ def _raw_connection(address: str) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX)
         sock.connect("\0" + address[len(LOCAL):])
         return sock
-    return socket.create_connection(host_port(address), timeout=10)
+    return socket.create_connection(host_port(address.removeprefix("nng+")), timeout=10)
 
 
 TLS_SCRIPT = """

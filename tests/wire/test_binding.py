@@ -8,9 +8,11 @@ import socket
 import psutil
 import pytest
 
-from fiberlite.ring.link import _bind
+from fiberlite.ring.link import NeighbourLink
+from fiberlite.wire import tcp
 from fiberlite.wire.binding import bind_host, routed_address
 from fiberlite.wire.link.nng import _listening
+from fiberlite.wire.link.tcp import TcpLink
 from fiberlite.wire.server import Server
 
 KEY = b"k" * 32
@@ -58,9 +60,24 @@ def test_pipe_link_listens_on_the_advertised_address_only():
         assert address == f"tcp://{OWN}:{port}" and listening_ips(port) == {OWN}
 
 
+def test_tcp_link_listens_on_the_advertised_address_only():
+    link = TcpLink.listen(OWN, KEY)
+    try:
+        host, port = tcp.host_port(link.address)
+        assert host == OWN and listening_ips(port) == {OWN}
+    finally:
+        link.close()
+
+
 def test_ring_link_binds_the_advertised_address():
-    assert _bind(OWN) == (OWN, socket.AF_INET)
-    assert _bind("198.51.100.7") == ("0.0.0.0", socket.AF_INET)
+    link = NeighbourLink(OWN)
+    try:
+        assert listening_ips(tcp.host_port(link.address)[1]) == {OWN}
+    finally:
+        link.close()
+    sock, port = tcp.listen("198.51.100.7", 4)   # not this machine's: every interface
+    with sock:
+        assert sock.getsockname()[0] == "0.0.0.0" and listening_ips(port) == {"0.0.0.0"}
 
 
 def test_the_routed_address_is_the_one_traffic_to_the_host_leaves_from():

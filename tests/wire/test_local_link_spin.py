@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from fiberlite.wire.link import awake, local
+from fiberlite.wire.link import awake, stream
 from fiberlite.wire.link.local import LocalLink, available
 
 pytestmark = [pytest.mark.timeout(60),
@@ -48,7 +48,7 @@ def test_a_reader_with_nothing_to_read_looks_ever_more_rarely_and_again_once_a_f
         gaps, skipped = [], 0  # calls that did not look, between two that did
         for _ in range(400):
             before = counting.looks
-            assert reader._spin(counting, reader._view, local.CHUNK) is None  # nothing came
+            assert reader._spin(counting, reader._view, stream.CHUNK) is None  # nothing came
             if counting.looks == before:
                 skipped += 1
             else:
@@ -60,9 +60,9 @@ def test_a_reader_with_nothing_to_read_looks_ever_more_rarely_and_again_once_a_f
 
         assert writer.send(b"frame", timeout_ms=-1)
         while reader._awake._skip:  # the calls it still skips from the last miss
-            assert reader._spin(counting, reader._view, local.CHUNK) is None
-        got = reader._spin(counting, reader._view, local.CHUNK)
-        assert got == local.HEADER.size + len(b"frame")
+            assert reader._spin(counting, reader._view, stream.CHUNK) is None
+        got = reader._spin(counting, reader._view, stream.CHUNK)
+        assert got == stream.HEADER.size + len(b"frame")
         reader._end += got
         assert reader._buffered() == b"frame"
         # a hit: the next looks are half as rare as they were

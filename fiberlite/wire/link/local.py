@@ -3,43 +3,26 @@
 The reader listens on a name of its own in Linux's abstract namespace (no file to
 remove, reachable from every process that shares this network namespace) and accepts
 one writer, which proves the run's key first (:mod:`fiberlite.wire.auth`, the same
-handshake as every connection). From then on each frame is a length and its bytes,
-written by the sending thread and read by the receiving thread themselves: no thread in
-between, one system call each way for a small frame, and the parts of a frame (large
-out-of-band buffers) go out without being joined first.
+handshake as every connection). From then on it is a :class:`~.stream.StreamLink`:
+frames written and read by the calling threads themselves.
 
 The reader acknowledges what it consumed by counting in 4 bytes both processes map
 (a ``memfd`` the writer makes and passes over the socket once both proved the key):
 an acknowledgement costs no system call and wakes nobody; the writer reads the count
 when it needs it.
-
-A frame whose first part went out but not the rest (the reader's socket is full) is
-finished by a thread of its own (:class:`~.sockets.Backlog`): the sender never blocks unless it
-said it may, and a frame is never cut. One process-wide thread (:class:`~.sockets.Watch`) hears
-of every local link whose peer hangs up, for :meth:`LocalLink.on_lost`.
 """
 from __future__ import annotations
 
 import os
-import select
 import socket
-import struct
-import threading
 import time
-from typing import Any, Callable
 
 from .. import auth, unix
-from .awake import SPIN_SECONDS, Awake
-from .base import LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
-from .sockets import Backlog, new_ack_lane, rest_of, take_ack_lane, tune, unwatch, watch
+from .sockets import dial_proven, new_ack_lane, take_ack_lane
+from .stream import StreamLink
 
 SCHEME = "local://"
-HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
 HANDSHAKE_TIMEOUT = 10.0
-CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
-CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
-_POLL_IN = select.POLLIN | select.POLLPRI
-_DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 def available() -> bool:
@@ -47,30 +30,15 @@ def available() -> bool:
     return hasattr(os, "eventfd") and hasattr(socket, "AF_UNIX") and os.uname().sysname == "Linux"
 
 
-class LocalLink(LossCallbacks):
+class LocalLink(StreamLink):
     """One end of a local link; one receiving and one sending thread at a time."""
 
     acks_in_line = False  # acknowledgements are counted in shared memory, beside the sending
 
     def __init__(self, listening: socket.socket | None = None, address: str = "") -> None:
-        self.address = address
-        self.lost = False
+        super().__init__(address)
         self._listening = listening
-        self._sock: socket.socket | None = None
-        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._inbox = bytearray(CHUNK)  # what was read: frames not yet taken lie in
-        self._view = memoryview(self._inbox)  # [_start, _end)
-        self._start = self._end = 0
-        self._drained = False  # the last read emptied the socket (the next one waits first)
-        self._canceled = False  # cancel() was called while a receive blocked for ever
-        self._read_poller: Any = None
-        self._receiving = False
-        self._lock = threading.Lock()
-        self._closed = False
-        self._lost_callbacks: list[Callable[[], None]] = []
-        self._backlog: Backlog | None = None
         self._acks: memoryview | None = None  # the shared acknowledgement count
-        self._awake = Awake()  # see _spin
 
     # -- making one ----------------------------------------------------------------------
     @classmethod
@@ -107,293 +75,17 @@ class LocalLink(LossCallbacks):
     def dial(cls, address: str, key: bytes) -> "LocalLink":
         """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
         :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
-        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
+        name = address[len(SCHEME):]
+        fd, lane = new_ack_lane()
         try:
-            sock = unix.connect_abstract(address[len(SCHEME):], HANDSHAKE_TIMEOUT)
-        except ConnectionRefusedError:
-            raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
-        except OSError as exc:
-            raise ConnectionError(f"cannot link to {address}: {exc}") from None
-        try:
-            auth.prove_on(sock, key, address, deadline)
-            fd, lane = new_ack_lane()
-            try:
-                socket.send_fds(sock, [b"A"], [fd])
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            sock.close()
-            if isinstance(exc, ConnectionRefusedError):
-                raise
-            raise ConnectionError(f"cannot link to {address}: {exc}") from None
-        except BaseException:
-            sock.close()
-            raise
+            sock = dial_proven(lambda wait: unix.connect_abstract(name, wait), address, key,
+                               HANDSHAKE_TIMEOUT, lambda sock: socket.send_fds(sock, [b"A"], [fd]))
+        finally:
+            os.close(fd)
         link = cls(address=address)
         link._acks = lane
         link._connected(sock)
         return link
-
-    def _connected(self, sock: socket.socket) -> bool:
-        tune(sock, CANCEL_CHECK_US)
-        with self._lock:
-            if self._closed:
-                sock.close()
-                return False
-            self._sock = sock
-        watch(sock.fileno(), self._peer_gone)
-        return True
-
-    # -- sending -------------------------------------------------------------------------
-    def send(self, frame: Any, timeout_ms: int = 0) -> bool:
-        """Send ``frame``, waiting up to ``timeout_ms`` for room (0: not at all, -1: for
-        ever); False if it did not go (full, or gone). Once part of a frame is out, the
-        rest follows: at once when the caller may wait, else on a thread of its own."""
-        sock = self._sock
-        if sock is None or self.lost:
-            return False
-        sent = 0
-        if self._backlog is None and type(frame) is bytes and len(frame) < CHUNK:
-            data = HEADER.pack(len(frame)) + frame  # one small frame: one copy, one call
-            try:
-                sent = sock.send(data, _DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                self._peer_gone()
-                return False
-            if sent == len(data):
-                return True  # (as nearly always)
-            parts = [data]
-        elif type(frame) is tuple:
-            parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
-        else:
-            parts = [HEADER.pack(len(frame)) + frame] if len(frame) < CHUNK else [HEADER.pack(len(frame)), frame]
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
-        backlog = self._backlog
-        if backlog is not None:
-            if not backlog.wait(deadline):
-                return False
-            self._backlog = None
-        while not sent:
-            sent = self._send_some(sock, parts)
-            if sent is None:
-                return False
-            if not sent and not self._wait_writable(sock, deadline):
-                return False
-        rest = rest_of(parts, sent)
-        if rest:
-            if timeout_ms == 0:  # the caller may not wait: the rest goes on its own
-                rest = [bytes(p) for p in rest]
-                self._backlog = Backlog(lambda: self._send_all(sock, rest) if not self._closed else None)
-            else:
-                return self._send_all(sock, rest)
-        return True
-
-    def _wait_writable(self, sock: socket.socket, deadline: float | None) -> bool:
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-        poller = select.poll()
-        poller.register(sock, select.POLLOUT)
-        poller.register(self._wake, select.POLLIN)
-        for fd, events in poller.poll(wait):
-            if fd != self._wake and events & (select.POLLERR | select.POLLHUP):
-                self._peer_gone()
-                return False
-        return not self._closed and not self.lost
-
-    def _send_some(self, sock: socket.socket, parts: list) -> int | None:
-        """Write what the socket takes of ``parts`` now: how much (None: the peer is gone)."""
-        try:
-            if len(parts) == 1:
-                return sock.send(parts[0], _DONTWAIT)
-            return sock.sendmsg(parts, (), _DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return 0
-        except OSError:
-            self._peer_gone()
-            return None
-
-    def _send_all(self, sock: socket.socket, parts: list) -> bool:
-        """Write ``parts`` whatever it takes (the start of their frame is out already)."""
-        while parts:
-            sent = self._send_some(sock, parts)
-            if sent is None:
-                return False
-            parts = rest_of(parts, sent)
-            if parts and not sent and not self._wait_writable(sock, None):
-                return False
-        return True
-
-    # -- receiving -----------------------------------------------------------------------
-    def recv(self, timeout_ms: int = -1) -> Any:
-        """The next frame; :class:`LinkTimeout` after ``timeout_ms`` (-1: never, and at
-        once when the peer has gone and everything it sent is read),
-        :class:`LinkCanceled` once :meth:`cancel` is called (or the peer hung up),
-        :class:`LinkClosed` once closed."""
-        if self._end - self._start >= 8:  # (something read already)
-            frame = self._buffered()
-            if frame is not None:
-                return frame
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
-        lost = self.lost  # a receive that began on a live link is woken by the hang-up
-        while True:
-            frame = self._read(deadline, lost)
-            if frame is not None:
-                return frame
-
-    def recv_nowait(self) -> Any:
-        """The next frame if one has arrived, else None."""
-        frame = self._buffered()
-        if frame is not None:
-            return frame
-        try:
-            return self._read(0.0, True)
-        except (LinkTimeout, LinkCanceled, LinkClosed):
-            return None
-
-    def _buffered(self) -> Any:
-        """A whole frame already read, taken out of the inbox; else None."""
-        start, end = self._start, self._end
-        if end - start < 8:
-            return None
-        (size,) = HEADER.unpack_from(self._inbox, start)
-        stop = start + 8 + size
-        if stop > end:
-            return None
-        frame = bytes(self._view[start + 8:stop])
-        if stop == end:
-            self._start = self._end = 0
-        else:
-            self._start = stop
-        return frame
-
-    def _read(self, deadline: float | None, lost: bool) -> Any:
-        """Read what has arrived (waiting until ``deadline`` for something); a frame once
-        one is whole, else None (read again). At the end of the peer's bytes:
-        :class:`LinkTimeout` if the link was known to be ``lost`` when the receive began
-        (nothing more comes), else :class:`LinkCanceled` (look at the link again)."""
-        sock = self._sock
-        if sock is None:
-            raise LinkClosed("the link is not connected")
-        start, end = self._start, self._end
-        if end - start >= 8:
-            (size,) = HEADER.unpack_from(self._inbox, start)
-            if size + 8 > CHUNK:  # a large frame: read it into a buffer of its own
-                return self._read_large(sock, size, deadline)
-        if end == CHUNK:  # no room left behind what is unread: move it to the front
-            self._view[:end - start] = self._view[start:end]
-            self._start, self._end = 0, end - start
-        end = self._end
-        room = CHUNK - end
-        into = self._view[end:] if end else self._view
-        if self._drained and deadline is None:  # wait for ever: one blocking call, no poll
-            self._receiving = True
-            try:
-                got = self._spin(sock, into, room) if SPIN_SECONDS else None
-                if got is None:
-                    got = sock.recv_into(into, room)  # (the socket wakes it to look at cancel())
-            except (BlockingIOError, InterruptedError):
-                got = self._read_blocking(sock, into, room)
-            except OSError:
-                got = 0
-            finally:
-                self._receiving = False
-        else:
-            if self._drained:  # the last read took all there was: wait (or look) first
-                self._wait_readable(sock, deadline)
-            try:
-                got = sock.recv_into(into, room, _DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                self._drained = True
-                self._wait_readable(sock, deadline)
-                return None
-            except OSError:
-                got = 0
-        self._drained = got < room
-        if not got:
-            self._peer_gone()
-            if self._closed:
-                raise LinkClosed("the link is closed")
-            raise LinkTimeout if lost else LinkCanceled
-        self._end += got
-        return self._buffered()
-
-    def _spin(self, sock: socket.socket, into: memoryview, room: int) -> int | None:
-        """Bytes read awake (:mod:`.awake`), or None: then block."""
-        return self._awake.look(lambda: sock.recv_into(into, room, _DONTWAIT))
-
-    def _read_blocking(self, sock: socket.socket, into: memoryview, room: int) -> int:
-        """A blocking read (the socket wakes it every ``CANCEL_CHECK_US``); how much came
-        (0: the peer's end). :class:`LinkCanceled` once :meth:`cancel` was called."""
-        while True:
-            self._receiving = True
-            try:
-                return sock.recv_into(into, room)
-            except (BlockingIOError, InterruptedError):
-                pass
-            except OSError:
-                return 0
-            finally:
-                self._receiving = False
-            if self._closed:
-                raise LinkClosed("the link is closed")
-            if self._canceled:
-                self._canceled = False
-                raise LinkCanceled
-
-    def _read_large(self, sock: socket.socket, size: int, deadline: float | None) -> Any:
-        frame = bytearray(size)
-        view = memoryview(frame)
-        have = self._end - self._start - 8
-        view[:have] = self._view[self._start + 8:self._end]
-        self._start = self._end = 0
-        while have < size:
-            try:
-                got = sock.recv_into(view[have:], size - have, _DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                got = None
-            except OSError:
-                got = 0
-            if got == 0:
-                self._peer_gone()
-                raise LinkClosed("the link's connection ended in the middle of a frame")
-            if got is None:
-                self._wait_readable(sock, None if deadline is None else max(deadline, time.monotonic() + 1),
-                                    partial=True)
-            else:
-                have += got
-        return frame
-
-    def _wait_readable(self, sock: socket.socket, deadline: float | None, partial: bool = False) -> None:
-        """Wait for bytes (or the peer's hang-up); :class:`LinkTimeout` at ``deadline``,
-        :class:`LinkCanceled` when woken by :meth:`cancel`."""
-        wait = -1 if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
-        poller = self._read_poller
-        if poller is None:
-            poller = self._read_poller = select.poll()
-            poller.register(sock, _POLL_IN)
-            poller.register(self._wake, select.POLLIN)
-        self._receiving = True
-        try:
-            ready = poller.poll(wait)
-        finally:
-            self._receiving = False
-        if len(ready) == 1 and ready[0][0] != self._wake and not self._closed:
-            return  # bytes (or the peer's hang-up), as nearly always
-        if self._closed:
-            raise LinkClosed("the link is closed")
-        if any(fd == self._wake for fd, _ in ready):
-            self._canceled = False
-            try:
-                os.eventfd_read(self._wake)
-            except BlockingIOError:
-                pass
-            if not any(fd != self._wake for fd, _ in ready):
-                raise LinkCanceled
-        if not ready and not partial:
-            raise LinkTimeout
 
     # -- acknowledgements ----------------------------------------------------------------
     def acknowledge(self, timeout_ms: int = 0) -> bool:
@@ -409,55 +101,9 @@ class LocalLink(LossCallbacks):
         acks = self._acks
         return 0 if acks is None else acks[0]
 
-    def cancel(self) -> None:
-        """Wake a thread blocked in :meth:`recv` (:class:`LinkCanceled`): at once when it
-        waits with a timeout, within ``CANCEL_CHECK_US`` when it waits for ever."""
-        if self._receiving and not self._closed:
-            self._canceled = True
-            try:
-                os.eventfd_write(self._wake, 1)
-            except OSError:
-                pass
-
-    # -- ending --------------------------------------------------------------------------
-    def _peer_gone(self) -> None:
-        with self._lock:
-            if self.lost:
-                return
-            self.lost = True
-            callbacks, self._lost_callbacks = self._lost_callbacks, []
-        self._call_lost(callbacks)
-
     def close(self) -> None:
-        """Close the link: a receive or send under way on another thread fails at once.
-        The descriptors are shut down now and closed with the object, so that none is
-        closed under a thread still inside a call on it."""
-        if not self._mark_closed():
-            return
+        """Close the link (and stop listening, if it still does)."""
         listening, self._listening = self._listening, None
         if listening is not None:
             listening.close()
-        sock = self._sock
-        if sock is not None:
-            unwatch(sock.fileno())
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        try:
-            os.eventfd_write(self._wake, 1)
-        except OSError:
-            pass
-
-    def __del__(self) -> None:
-        wake = getattr(self, "_wake", -1)
-        if wake >= 0:
-            self._wake = -1
-            os.close(wake)
-        sock = getattr(self, "_sock", None)
-        if sock is not None:
-            sock.close()
-
-    def fileno(self) -> int:
-        sock = self._sock
-        return -1 if sock is None else sock.fileno()
+        super().close()

@@ -56,6 +56,9 @@ def _listening(host: str):
     return doorman.listen_tcp(host)
 
 
+NNG = "nng+"  # before the address of a link on plain TCP: tcp:// is the TCP flavour's
+
+
 class NngLink(LossCallbacks):
     acks_in_line = True  # an acknowledgement is a frame: it is sent like one
     """One end of a PAIR connection, used by one receiving and one sending thread at a time."""
@@ -98,7 +101,7 @@ class NngLink(LossCallbacks):
             sock.close()
             raise
         link = cls(sock)
-        link.address = address
+        link.address = address if use_tls else NNG + address  # (tcp:// is the TCP flavour's)
         if use_tls:
             link._unwatch = tls_watch.watch(link, sock, tls.host_port(address)[1],
                                             timeout=HANDSHAKE_TIMEOUT_MS / 1000)
@@ -153,6 +156,7 @@ class NngLink(LossCallbacks):
     def dial(cls, address: str, key: bytes) -> "NngLink":
         """Connect to the reader at ``address`` and prove the key (``ConnectionError`` or
         :class:`~fiberlite.errors.AuthenticationError` when that fails)."""
+        address = address.removeprefix(NNG)  # (nng's own URL)
         sock = _socket(address, key, server=False)
         if not tls.is_tls(address):   # proved on a plain connection, then handed to nng
             link = cls(sock)

@@ -17,7 +17,34 @@ from typing import Callable
 
 SOCKET_BUFFER = 4 * 1024 * 1024  # asked of the kernel for each direction (it may give less)
 
-from .. import threads
+from .. import auth, threads
+
+
+def dial_proven(connect: Callable[[float], socket.socket], address: str, key: bytes,
+                timeout: float, then: Callable[[socket.socket], None] | None = None) -> socket.socket:
+    """The connection ``connect(timeout)`` makes to ``address``, once both ends proved
+    ``key`` within ``timeout`` seconds and ``then(sock)`` (the flavour's own first step),
+    if given, ran: ``ConnectionRefusedError`` when nobody listens
+    there, ``ConnectionError`` when it fails otherwise,
+    :class:`~fiberlite.errors.AuthenticationError` for a wrong key."""
+    deadline = time.monotonic() + timeout
+    try:
+        sock = connect(timeout)
+    except ConnectionRefusedError:
+        raise ConnectionRefusedError(f"nothing listens at {address} (has its job exited?)") from None
+    except OSError as exc:
+        raise ConnectionError(f"cannot link to {address}: {exc}") from None
+    try:
+        auth.prove_on(sock, key, address, deadline)
+        if then is not None:
+            then(sock)
+    except OSError as exc:
+        sock.close()
+        raise ConnectionError(f"cannot link to {address}: {exc}") from None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def ack_lane(fd: int) -> memoryview:
@@ -53,12 +80,15 @@ def take_ack_lane(sock: socket.socket, deadline: float) -> memoryview | None:
         return None
 
 
-def tune(sock: socket.socket, cancel_check_us: int) -> None:
-    """Buffers as large as the kernel gives, blocking mode, and a receive that waits for
-    ever woken every ``cancel_check_us`` microseconds."""
+def tune(sock: socket.socket, cancel_check_us: int, buffer: int | None = SOCKET_BUFFER) -> None:
+    """Buffers of ``buffer`` bytes each way, or as large as the kernel gives below that
+    (None: the kernel's own, which TCP sizes to the network), blocking mode, and a
+    receive that waits for ever woken every ``cancel_check_us`` microseconds."""
     for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        if buffer is None:
+            break
         try:
-            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+            sock.setsockopt(socket.SOL_SOCKET, option, buffer)
         except OSError:
             pass
     sock.setblocking(True)
@@ -75,6 +105,21 @@ def rest_of(parts: list, sent: int) -> list:
             return [view[sent:], *parts[i + 1:]]
         sent -= view.nbytes
     return []
+
+
+def send_blocking(sock: socket.socket, parts: list) -> bool:
+    """Write ``parts`` in blocking calls (one, nearly always): False if the connection
+    failed (the peer is gone, or it was shut down here, which wakes the call)."""
+    flags = getattr(socket, "MSG_NOSIGNAL", 0)
+    while parts:
+        try:
+            sent = sock.sendmsg(parts, (), flags) if len(parts) > 1 else sock.send(parts[0], flags)
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+        parts = rest_of(parts, sent)
+    return True
 
 
 class Backlog:

@@ -1,0 +1,170 @@
+"""The TCP flavour of a link (wire/link/tcp), its many-peer listener and the address table."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from fiberlite.errors import AuthenticationError
+from fiberlite.wire import auth
+from fiberlite.wire import link as links
+from fiberlite.wire import tcp
+from fiberlite.wire.link import LinkCanceled, LinkClosed, LinkTimeout
+from fiberlite.wire.link.tcp import TcpLink
+
+KEY = os.urandom(32)
+
+
+def _pair(buffer: int | None = None) -> tuple[TcpLink, TcpLink]:
+    reader = TcpLink.listen("127.0.0.1", KEY)
+    accepted: list = []
+    thread = threading.Thread(target=lambda: accepted.append(reader.accept(KEY, buffer)))
+    thread.start()
+    writer = links.dial(reader.address, KEY)
+    thread.join(15)
+    assert accepted == [True]
+    return reader, writer
+
+
+def test_the_address_table_sends_tcp_to_the_tcp_flavour_and_refuses_unknown_schemes():
+    reader, writer = _pair()
+    try:
+        assert reader.address.startswith("tcp://127.0.0.1:")
+        assert type(writer) is TcpLink
+        assert writer.send(b"hello", -1)
+        assert reader.recv(5000) == b"hello"
+    finally:
+        reader.close()
+        writer.close()
+    with pytest.raises(ValueError, match="starts with one of"):
+        links.dial("udp://127.0.0.1:9", KEY)
+
+
+def test_a_peer_without_the_key_is_refused_and_nothing_it_sends_is_read():
+    reader = TcpLink.listen("127.0.0.1", KEY)
+    accepted: list = []
+    thread = threading.Thread(target=lambda: accepted.append(reader.accept(KEY)))
+    thread.start()
+    try:
+        with pytest.raises(AuthenticationError):
+            TcpLink.dial(reader.address, os.urandom(32))
+        # random bytes instead of the handshake: closed, nothing answered
+        with socket.create_connection(tcp.host_port(reader.address), timeout=10) as raw:
+            raw.sendall(os.urandom(auth.HELLO_SIZE))
+            assert raw.recv(100) == b""
+        writer = TcpLink.dial(reader.address, KEY)   # the right key still gets in
+        thread.join(15)
+        assert accepted == [True]
+        assert writer.send(b"after", -1)
+        assert reader.recv(5000) == b"after"
+        writer.close()
+    finally:
+        reader.close()
+        thread.join(15)
+
+
+def test_recv_into_reads_a_large_array_in_place_after_small_frames_and_acks():
+    reader, writer = _pair()
+    try:
+        data = np.arange(3_000_000, dtype=np.float32)   # 12 MB: more than a socket holds
+        sender = threading.Thread(target=lambda: (writer.send(b"small", -1), writer.send(memoryview(data).cast("B"), -1)))
+        sender.start()
+        assert reader.acknowledge()   # an acknowledgement in line, the other way
+        assert reader.recv(5000) == b"small"
+        into = np.zeros_like(data)
+        assert reader.recv_into(into) == data.nbytes
+        sender.join(15)
+        assert np.array_equal(into, data)
+        writer.recv_nowait()   # reads (and counts) the acknowledgement
+        assert writer.acknowledged() == 1
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_recv_into_reads_the_frames_as_one_stream_whatever_the_cut():
+    reader, writer = _pair()
+    try:
+        parts = [np.arange(5, dtype=np.int64), np.zeros(0, np.uint8), np.arange(7, dtype=np.float32),
+                 np.arange(300_000, dtype=np.float64)]
+        sent = b"".join(p.tobytes() for p in parts)
+        writer.acknowledge()   # (acknowledgements among the frames are counted, not read as bytes)
+        sender = threading.Thread(target=lambda: [writer.send(memoryview(p).cast("B"), -1) for p in parts])
+        sender.start()
+        cuts = [np.empty(3, np.uint8), np.empty(61, np.uint8), np.empty(len(sent) - 64 - 10, np.uint8),
+                np.empty(10, np.uint8)]
+        for cut in cuts:
+            assert reader.recv_into(cut) == cut.nbytes
+        sender.join(15)
+        assert b"".join(c.tobytes() for c in cuts) == sent
+        assert reader.acknowledged() == 1
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_close_wakes_a_reader_blocked_for_ever():
+    reader, writer = _pair()
+    errors: list = []
+    started = threading.Event()
+
+    def read() -> None:
+        started.set()
+        try:
+            reader.recv_into(bytearray(1 << 20))
+        except (LinkClosed, LinkCanceled) as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    started.wait(5)
+    reader.close()
+    thread.join(5)
+    assert not thread.is_alive() and len(errors) == 1
+    writer.close()
+
+
+def test_the_peer_leaving_ends_a_receive_and_a_timeout_is_a_timeout():
+    reader, writer = _pair()
+    try:
+        with pytest.raises(LinkTimeout):
+            reader.recv(50)
+        lost = threading.Event()
+        reader.on_lost(lost.set)
+        writer.close()
+        assert lost.wait(5)
+        with pytest.raises((LinkCanceled, LinkTimeout)):
+            reader.recv(5000)
+    finally:
+        reader.close()
+
+
+def test_a_listener_serves_many_peers_and_close_ends_their_links():
+    served = threading.Semaphore(0)
+
+    def echo(sock: socket.socket) -> None:
+        link = links.StreamLink.over(sock, "served")
+        served.release()
+        try:
+            while True:
+                link.send(link.recv(), -1)
+        except links.LinkError:
+            return
+
+    for scheme, where in (("tcp", "127.0.0.1"), ("abstract", "test")):
+        listener = links.serve(scheme, where, KEY, echo, "an echo")
+        callers = [links.dial(listener.address, KEY) for _ in range(3)]
+        for i, caller in enumerate(callers):
+            assert caller.send(b"%d" % i, -1)
+            assert caller.recv(5000) == b"%d" % i
+        for _ in callers:
+            assert served.acquire(timeout=5)
+        assert listener.connections == 3
+        listener.close()
+        for caller in callers:
+            with pytest.raises((LinkCanceled, LinkTimeout, LinkClosed)):
+                caller.recv(5000)
+            caller.close()
