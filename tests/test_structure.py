@@ -24,9 +24,6 @@ LOW = {"fiberlite.errors", "fiberlite.units", "fiberlite.config", "fiberlite.plu
 ALLOWED_LONG: set[str] = set()
 ALLOWED_CYCLES: list[set[str]] = []
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
-# they open their own TCP sockets until they are moved onto the TCP flavour of the wire's link
-SOCKETS_MOVED_BY_TCP_LINK = ("fiberlite/managers/stream.py", "fiberlite/ring/link.py",
-                             "fiberlite/ring/member.py")
 
 
 def modules() -> dict[str, str]:
@@ -285,10 +282,7 @@ def test_only_the_wire_opens_sockets():
             with open(path, encoding="utf-8") as file:
                 if calls := sockets_opened_in(ast.parse(file.read(), path)):
                     opened[relative] = calls
-    unexpected = {path: calls for path, calls in opened.items() if path not in SOCKETS_MOVED_BY_TCP_LINK}
-    assert not unexpected, f"sockets opened outside fiberlite/wire/ (use fiberlite.wire.unix, ...): {unexpected}"
-    fixed = sorted(set(SOCKETS_MOVED_BY_TCP_LINK) - set(opened))
-    assert not fixed, f"no socket opened there now: remove them from SOCKETS_MOVED_BY_TCP_LINK: {fixed}"
+    assert not opened, f"sockets opened outside fiberlite/wire/ (use fiberlite.wire.unix, tcp, link): {opened}"
 
 
 def test_the_socket_check_sees_what_it_looks_for():
