@@ -13,8 +13,13 @@ unless it said it may, and a frame is never cut. One process-wide thread
 :meth:`StreamLink.on_lost`.
 
 Acknowledgements travel in line, as one-byte frames (:data:`~.base.ACK`) that a receive
-counts and skips (the local flavour counts them in shared memory). The flavours
-(:mod:`.local`, :mod:`.tcp`) make the connection, prove the key, and hand it over.
+counts and skips (the local flavour counts them in shared memory). Every other frame of
+one byte carries a byte of padding (:data:`PADDED` in its length), so that an
+acknowledgement alone is the only thing shorter than :data:`QUIET_LOWAT` bytes: a
+flavour with :attr:`StreamLink.quiet_acks` (TCP) has the kernel wake a receiver waiting
+for a new frame only once that many bytes are there, so an acknowledgement that arrives
+alone wakes nobody and is counted with what follows it. The flavours (:mod:`.local`,
+:mod:`.tcp`) make the connection, prove the key, and hand it over.
 """
 from __future__ import annotations
 
@@ -31,6 +36,9 @@ from .base import ACK, LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
 from .sockets import SOCKET_BUFFER, Backlog, rest_of, send_blocking, tune, unwatch, watch
 
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
+PADDED = 1 << 63  # in a length: one byte of padding follows the frame (a one-byte frame's)
+_ACK_FRAME = HEADER.pack(1) + ACK  # what an acknowledgement is on the wire: 9 bytes
+QUIET_LOWAT = len(_ACK_FRAME) + 1  # fewer bytes than this: an acknowledgement alone
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
@@ -41,6 +49,7 @@ class StreamLink(LossCallbacks):
     """One end of a link over a stream socket; one receiving and one sending thread at a time."""
 
     acks_in_line = True  # acknowledgements are one-byte frames among the others
+    quiet_acks = False  # an acknowledgement alone does not wake a receive (see above)
 
     def __init__(self, address: str = "") -> None:
         self.address = address
@@ -60,6 +69,8 @@ class StreamLink(LossCallbacks):
         self._backlog: Backlog | None = None
         self._acks = 0  # acknowledgements read so far (in line)
         self._left = 0  # bytes of the frame recv_into is in that it has not read yet
+        self._pad = 0  # bytes of padding after that frame, to skip
+        self._lowat = 1  # the socket's SO_RCVLOWAT now (quiet_acks)
         self._awake = Awake()  # see _spin
         self.awake = bool(SPIN_SECONDS)  # a receive that waits looks awake first (.awake)
 
@@ -78,6 +89,8 @@ class StreamLink(LossCallbacks):
                 sock.close()
                 return False
             self._sock = sock
+        if self.quiet_acks:
+            self._set_lowat(sock, QUIET_LOWAT)
         watch(sock.fileno(), self._peer_gone)
         return True
 
@@ -90,8 +103,10 @@ class StreamLink(LossCallbacks):
         if sock is None or self.lost:
             return False
         sent = 0
+        if type(frame) is tuple and sum(memoryview(p).nbytes for p in frame) == 1:
+            frame = b"".join(frame)
         if self._backlog is None and type(frame) is bytes and len(frame) < CHUNK:
-            data = HEADER.pack(len(frame)) + frame  # one small frame: one copy, one call
+            data = _wire(frame)  # one small frame: one copy, one call
             try:
                 sent = sock.send(data, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
@@ -105,7 +120,7 @@ class StreamLink(LossCallbacks):
         elif type(frame) is tuple:
             parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
         else:
-            parts = [HEADER.pack(len(frame)) + frame] if len(frame) < CHUNK else [HEADER.pack(len(frame)), frame]
+            parts = [_wire(frame)] if len(frame) < CHUNK else [HEADER.pack(len(frame)), frame]
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         backlog = self._backlog
         if backlog is not None:
@@ -182,6 +197,8 @@ class StreamLink(LossCallbacks):
         if timeout_ms < 0 and self._drained and not self.awake and self._end == self._start:
             sock = self._sock  # as nearly always: one blocking call into the empty inbox
             if sock is not None:
+                if self.quiet_acks and self._lowat != QUIET_LOWAT:
+                    self._set_lowat(sock, QUIET_LOWAT)
                 self._receiving = True
                 try:
                     got = sock.recv_into(self._view, CHUNK)
@@ -230,6 +247,9 @@ class StreamLink(LossCallbacks):
                 self._start += 8
                 self._left = size
                 continue
+            if self._pad and self._left == 1 and self._end - self._start < 1 + self._pad:
+                self._fill(deadline, lost, 1 + self._pad - (self._end - self._start))
+                continue  # (a one-byte frame and its padding: read together)
             take = min(self._left, want - have, self._end - self._start)
             if take:  # what was read already
                 view[have:have + take] = self._view[self._start:self._start + take]
@@ -239,6 +259,9 @@ class StreamLink(LossCallbacks):
                 self._read_rest(self._sock, view[have:have + take], 0, deadline)
             have += take
             self._left -= take
+            if not self._left and self._pad:
+                self._start += self._pad
+                self._pad = 0
         if self._start == self._end:
             self._start = self._end = 0
         return want
@@ -250,10 +273,11 @@ class StreamLink(LossCallbacks):
         while end - start >= 8:
             (size,) = HEADER.unpack_from(self._inbox, start)
             if size == 1 and self.acks_in_line and end - start < 9:
-                break  # an acknowledgement, or a one-byte frame: its byte tells
-            if size != 1 or not self.acks_in_line or self._inbox[start + 8] != ACK[0]:
+                break  # an acknowledgement (any other one-byte frame is padded)
+            if size != 1 or not self.acks_in_line:
                 self._start = start
-                return size
+                self._pad = 1 if size & PADDED else 0
+                return size & ~PADDED
             self._acks += 1
             start += 9
         if start == end:
@@ -267,15 +291,21 @@ class StreamLink(LossCallbacks):
         if end - start < 8:
             return None
         (size,) = HEADER.unpack_from(self._inbox, start)
-        if size == 1 and self.acks_in_line:  # perhaps an acknowledgement (or more)
+        if size == 1 and self.acks_in_line:  # an acknowledgement (or more)
             size = self._next_size()
             if size is None:
                 return None
-            start = self._start
+            start, pad = self._start, self._pad
+        elif size & PADDED:
+            size, pad = size & ~PADDED, 1
+        else:
+            pad = 0
         stop = start + 8 + size
-        if stop > end:
+        if stop + pad > end:
             return None
         frame = bytes(self._view[start + 8:stop])
+        stop += pad
+        self._pad = 0
         if stop == end:
             self._start = self._end = 0
         else:
@@ -309,6 +339,10 @@ class StreamLink(LossCallbacks):
         end = self._end
         room = min(CHUNK - end, most)
         into = self._view[end:end + room]
+        if self.quiet_acks:  # waiting for a new frame: quiet; for the rest of one: any byte
+            lowat = QUIET_LOWAT if self._start == end and not self._left else 1
+            if lowat != self._lowat:
+                self._set_lowat(sock, lowat)
         if self._drained and deadline is None:  # wait for ever: one blocking call, no poll
             self._receiving = True
             try:
@@ -322,8 +356,8 @@ class StreamLink(LossCallbacks):
             finally:
                 self._receiving = False
         else:
-            if self._drained:  # the last read took all there was: wait (or look) first
-                self._wait_readable(sock, deadline)
+            if self._drained and deadline > time.monotonic():  # the last read took all there
+                self._wait_readable(sock, deadline)  # was: wait first (a look reads at once)
             try:
                 got = sock.recv_into(into, room, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
@@ -340,6 +374,13 @@ class StreamLink(LossCallbacks):
             raise LinkTimeout if lost else LinkCanceled
         self._end += got
         return True
+
+    def _set_lowat(self, sock: socket.socket, lowat: int) -> None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+        except OSError:
+            return
+        self._lowat = lowat
 
     def _spin(self, sock: socket.socket, into: memoryview, room: int) -> int | None:
         """Bytes read awake (:mod:`.awake`), or None: then block."""
@@ -370,6 +411,8 @@ class StreamLink(LossCallbacks):
         for ever blocks in one call per socket timeout), :class:`LinkClosed` if the
         connection ends or the link closes first."""
         size = view.nbytes
+        if self._lowat != 1:  # (the rest of a frame: every byte counts)
+            self._set_lowat(sock, 1)
         while have < size:
             if deadline is None:
                 self._receiving = True
@@ -485,3 +528,11 @@ class StreamLink(LossCallbacks):
     def fileno(self) -> int:
         sock = self._sock
         return -1 if sock is None else sock.fileno()
+
+
+def _wire(frame: bytes) -> bytes:
+    """A small frame as it goes on the wire: its length, its bytes (and a one-byte frame
+    other than an acknowledgement padded to two, see :data:`PADDED`)."""
+    if len(frame) == 1 and frame != ACK:
+        return HEADER.pack(1 | PADDED) + frame + b"\0"
+    return HEADER.pack(len(frame)) + frame
