@@ -106,7 +106,9 @@ class StreamLink(LossCallbacks):
         if type(frame) is tuple and sum(memoryview(p).nbytes for p in frame) == 1:
             frame = b"".join(frame)
         if self._backlog is None and type(frame) is bytes and len(frame) < CHUNK:
-            data = _wire(frame)  # one small frame: one copy, one call
+            # one small frame: one copy, one call (a one-byte frame: see _wire)
+            data = HEADER.pack(len(frame)) + frame if len(frame) != 1 else \
+                _ACK_FRAME if frame is ACK else _wire(frame)
             try:
                 sent = sock.send(data, _DONTWAIT)
             except (BlockingIOError, InterruptedError):

@@ -10,10 +10,10 @@ caller asks for a size (:meth:`TcpLink.dial`'s ``buffer``).
 
 An acknowledgement that arrives alone wakes no receiver (:data:`~.stream.QUIET_LOWAT`): the
 reader of a pipe that answers what it receives acknowledges it first, and its answer
-would otherwise cost the other side two wake-ups. A receive sleeps at once, without looking awake first (:mod:`.awake`): a peer on another
-machine answers a network round trip later, far beyond a look, and the CPU a look
-spends is taken from the processes that do the work (on a loaded machine, from the peer
-itself).
+would otherwise cost the other side two wake-ups. A receive looks awake first as any
+stream link's does (:mod:`.awake`): a peer whose answers take longer than a look (a
+network's round trip) soon makes it look rarely, and it does not look while the
+machine has no CPU to spare.
 """
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ class TcpLink(StreamLink):
 
     def __init__(self, address: str = "") -> None:
         super().__init__(address)
-        self.awake = False  # (see above)
         self._listener: Listener | None = None
         self._proven: queue.SimpleQueue[socket.socket] | None = None
 
