@@ -44,6 +44,8 @@ class QueueServant(LaneOps, LinkingServant):
     """The state of one queue, in its creator's hub: its channel, or (``lane``) the
     queue's lane, on which it acts for the processes that cannot reach it."""
 
+    look_awake = False  # a get reads what arrived while it slept in one call
+
     def __init__(self, maxsize: int, joinable: bool = False, lane: QueueLane | None = None) -> None:
         super().__init__()
         if lane is not None:

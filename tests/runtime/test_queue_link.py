@@ -188,3 +188,20 @@ def test_a_consumer_is_linked_again_once_the_competition_is_gone(monkeypatch):
     after = [is_linked for _, is_linked in reports[ENOUGH:]]
     assert not after[0], "the link ended when this process got from the queue"
     assert after[-1], "linked again once nobody else got for a while"
+
+
+def test_the_creators_gets_from_a_linked_producer_sleep_at_once_and_a_pipes_reads_look_awake():
+    """A queue's get reads in one call what arrived while it slept; looking awake would
+    take the items one by one as they come (and the CPU from the producer)."""
+    q, out, stay = fiberlite.Queue(), fiberlite.Queue(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.put_then_stall, args=(q, ENOUGH, out, stay))
+    p.start()
+    assert out.get(timeout=60) == ["put"]
+    link = get_hub().servant(q._ref.oid).links["put"].link
+    assert link.awake is False
+    stay.set()
+    assert [q.get(timeout=60) for _ in range(ENOUGH)] == list(range(ENOUGH))
+    p.join()
+    assert get_hub().servant(q._ref.oid).look_awake is False
+    a, _ = fiberlite.Pipe()
+    assert get_hub().servant(a._ref.oid).look_awake is True

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 
@@ -168,3 +169,61 @@ def test_a_listener_serves_many_peers_and_close_ends_their_links():
             with pytest.raises((LinkCanceled, LinkTimeout, LinkClosed)):
                 caller.recv(5000)
             caller.close()
+
+
+def test_an_acknowledgement_alone_wakes_no_receive_and_is_counted_with_the_next_frame():
+    reader, writer = _pair()
+    try:
+        sock = socket.socket(fileno=os.dup(writer.fileno()))
+        try:
+            assert reader.acknowledge()
+            # the kernel holds a lone acknowledgement below the socket's low-water mark
+            assert not select.select([sock], [], [], 0.2)[0]
+            with pytest.raises(LinkTimeout):
+                writer.recv(100)
+            assert reader.send(b"x", -1)   # a one-byte frame (padded): readable at once
+            assert select.select([sock], [], [], 5)[0]
+        finally:
+            os.close(sock.detach())
+        assert writer.recv(5000) == b"x"
+        assert writer.acknowledged() == 1
+        assert reader.acknowledge()
+        assert writer.recv_nowait() is None   # a look reads what is there, and counts it
+        assert writer.acknowledged() == 2
+    finally:
+        reader.close()
+        writer.close()
+
+
+@pytest.mark.parametrize("wait", ["for ever", "timeout", "look", "recv_into"])
+def test_a_one_byte_frame_arriving_alone_is_read_at_once(wait):
+    """Short frames are padded past the low-water mark that keeps acknowledgements quiet:
+    none waits for the next frame or a timeout."""
+    reader, writer = _pair()
+    try:
+        got: list = []
+
+        def read() -> None:
+            if wait == "for ever":
+                got.append(reader.recv(-1))
+            elif wait == "timeout":
+                got.append(reader.recv(10_000))
+            elif wait == "look":   # once the socket says it is readable, a look reads it
+                select.select([reader.fileno()], [], [], 10)
+                got.append(reader.recv_nowait())
+            else:
+                into = bytearray(2)
+                reader.recv_into(into, -1)
+                got.append(bytes(into))
+        thread = threading.Thread(target=read)
+        thread.start()
+        assert writer.send(b"a", -1)   # alone: 9 bytes unpadded, below the low-water mark
+        if wait == "recv_into":
+            assert writer.send((b"b",), -1)   # a frame of parts, one byte in all
+        thread.join(5)   # within the receive's own wait (10 s) or the socket's timeout
+        assert not thread.is_alive()
+        assert got == [b"ab" if wait == "recv_into" else b"a"]
+        assert writer.send(b"after", -1) and reader.recv(5000) == b"after"
+    finally:
+        reader.close()
+        writer.close()

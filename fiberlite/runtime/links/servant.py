@@ -29,6 +29,11 @@ class LinkingServant(LockedServant):
     """A servant whose slots may be linked to jobs; subclasses say which channels a slot
     moves and when a job may have it (:meth:`_may_link`)."""
 
+    # whether this process's reads of a link look awake before they sleep (a pipe's, whose
+    # reader waits for an answer); a queue's get sleeps at once, so that what arrives
+    # while it sleeps is read in one call rather than one item a call
+    look_awake = True
+
     def __init__(self) -> None:
         super().__init__()
         self.links: dict[Hashable, Forwarder] = {}
@@ -113,6 +118,9 @@ class LinkingServant(LockedServant):
             link = links.dial(address, identity.key())
         except Exception:
             link = None
+        else:
+            if not self.look_awake and getattr(link, "awake", False):
+                link.awake = False
         with self._lock:
             if self.links.get(slot) is not forwarder or link is None or not link.send(READY_FRAME):
                 if self.links.get(slot) is forwarder:

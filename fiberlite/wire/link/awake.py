@@ -6,7 +6,9 @@ microseconds is taken awake. A look that finds nothing makes the next ones rarer
 4, ... up to :data:`SPIN_SKIP_MAX` reads sleep at once), and one that found something
 halves that, so a reader that waits long, or competes with others for few messages,
 spends next to nothing on it. None of this on a machine with one CPU for this process,
-where the peer could not run meanwhile.
+where the peer could not run meanwhile, nor while the machine has no CPU to spare
+(:func:`spare_cpu`: more threads ready to run than CPUs), where a look takes the CPU
+from the peer it waits for, or from other work.
 """
 from __future__ import annotations
 
@@ -16,7 +18,44 @@ from typing import Any, Callable
 
 SPIN_SECONDS = 50e-6 if len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0)) > 1 else 0.0
 SPIN_SKIP_MAX = 64
+BUSY_CHECK_SECONDS = 0.05  # how long the machine's load, as last read, holds
 _clock = time.perf_counter
+_CPUS = len(getattr(os, "sched_getaffinity", lambda _: range(os.cpu_count() or 1))(0))
+
+
+class _Load:
+    """Whether the machine has a CPU to spare, read from ``/proc/loadavg`` (the threads
+    ready to run now, this one included) at most every :data:`BUSY_CHECK_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._until = 0.0
+        self._spare = True
+        try:
+            self._fd = os.open("/proc/loadavg", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            pass  # (not Linux: assume there is)
+
+    def spare(self) -> bool:
+        """Whether a CPU is to spare (not Linux: always)."""
+        now = _clock()
+        if now < self._until or self._fd is None:
+            return self._spare
+        self._until = now + BUSY_CHECK_SECONDS
+        try:  # "0.52 0.58 0.59 2/345 6789": 2 ready to run
+            running = int(os.pread(self._fd, 128, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return self._spare
+        self._spare = running <= _CPUS
+        return self._spare
+
+
+_load = _Load()
+
+
+# whether no more threads are ready to run than there are CPUs (as of the last
+# BUSY_CHECK_SECONDS): asked before each look
+spare_cpu = _load.spare
 
 
 class Awake:
@@ -36,6 +75,8 @@ class Awake:
         keep looking rarely."""
         if self._skip or not SPIN_SECONDS:
             self._skip = max(0, self._skip - 1)
+            return None
+        if not spare_cpu():
             return None
         end = _clock() + SPIN_SECONDS
         while True:

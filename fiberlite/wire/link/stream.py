@@ -13,8 +13,13 @@ unless it said it may, and a frame is never cut. One process-wide thread
 :meth:`StreamLink.on_lost`.
 
 Acknowledgements travel in line, as one-byte frames (:data:`~.base.ACK`) that a receive
-counts and skips (the local flavour counts them in shared memory). The flavours
-(:mod:`.local`, :mod:`.tcp`) make the connection, prove the key, and hand it over.
+counts and skips (the local flavour counts them in shared memory). Every other frame of
+one byte carries a byte of padding (:data:`PADDED` in its length), so that an
+acknowledgement alone is the only thing shorter than :data:`QUIET_LOWAT` bytes: a
+flavour with :attr:`StreamLink.quiet_acks` (TCP) has the kernel wake a receiver waiting
+for a new frame only once that many bytes are there, so an acknowledgement that arrives
+alone wakes nobody and is counted with what follows it. The flavours (:mod:`.local`,
+:mod:`.tcp`) make the connection, prove the key, and hand it over.
 """
 from __future__ import annotations
 
@@ -28,19 +33,24 @@ from typing import Any, Callable
 
 from .awake import SPIN_SECONDS, Awake
 from .base import ACK, LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
+from .bulk import BulkReads
 from .sockets import SOCKET_BUFFER, Backlog, rest_of, send_blocking, tune, unwatch, watch
 
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
+PADDED = 1 << 63  # in a length: one byte of padding follows the frame (a one-byte frame's)
+_ACK_FRAME = HEADER.pack(1) + ACK  # what an acknowledgement is on the wire: 9 bytes
+QUIET_LOWAT = len(_ACK_FRAME) + 1  # fewer bytes than this: an acknowledgement alone
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
 
 
-class StreamLink(LossCallbacks):
+class StreamLink(BulkReads, LossCallbacks):
     """One end of a link over a stream socket; one receiving and one sending thread at a time."""
 
     acks_in_line = True  # acknowledgements are one-byte frames among the others
+    quiet_acks = False  # an acknowledgement alone does not wake a receive (see above)
 
     def __init__(self, address: str = "") -> None:
         self.address = address
@@ -60,6 +70,8 @@ class StreamLink(LossCallbacks):
         self._backlog: Backlog | None = None
         self._acks = 0  # acknowledgements read so far (in line)
         self._left = 0  # bytes of the frame recv_into is in that it has not read yet
+        self._pad = 0  # bytes of padding after that frame, to skip
+        self._lowat = 1  # the socket's SO_RCVLOWAT now (quiet_acks)
         self._awake = Awake()  # see _spin
         self.awake = bool(SPIN_SECONDS)  # a receive that waits looks awake first (.awake)
 
@@ -78,6 +90,8 @@ class StreamLink(LossCallbacks):
                 sock.close()
                 return False
             self._sock = sock
+        if self.quiet_acks:
+            self._set_lowat(sock, QUIET_LOWAT)
         watch(sock.fileno(), self._peer_gone)
         return True
 
@@ -90,8 +104,12 @@ class StreamLink(LossCallbacks):
         if sock is None or self.lost:
             return False
         sent = 0
+        if type(frame) is tuple and sum(memoryview(p).nbytes for p in frame) == 1:
+            frame = b"".join(frame)
         if self._backlog is None and type(frame) is bytes and len(frame) < CHUNK:
-            data = HEADER.pack(len(frame)) + frame  # one small frame: one copy, one call
+            # one small frame: one copy, one call (a one-byte frame: see _wire)
+            data = HEADER.pack(len(frame)) + frame if len(frame) != 1 else \
+                _ACK_FRAME if frame is ACK else _wire(frame)
             try:
                 sent = sock.send(data, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
@@ -105,7 +123,7 @@ class StreamLink(LossCallbacks):
         elif type(frame) is tuple:
             parts = [HEADER.pack(sum(memoryview(p).nbytes for p in frame)), *frame]
         else:
-            parts = [HEADER.pack(len(frame)) + frame] if len(frame) < CHUNK else [HEADER.pack(len(frame)), frame]
+            parts = [_wire(frame)] if len(frame) < CHUNK else [HEADER.pack(len(frame)), frame]
         deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
         backlog = self._backlog
         if backlog is not None:
@@ -182,6 +200,8 @@ class StreamLink(LossCallbacks):
         if timeout_ms < 0 and self._drained and not self.awake and self._end == self._start:
             sock = self._sock  # as nearly always: one blocking call into the empty inbox
             if sock is not None:
+                if self.quiet_acks and self._lowat != QUIET_LOWAT:
+                    self._set_lowat(sock, QUIET_LOWAT)
                 self._receiving = True
                 try:
                     got = sock.recv_into(self._view, CHUNK)
@@ -210,39 +230,6 @@ class StreamLink(LossCallbacks):
         except (LinkTimeout, LinkCanceled, LinkClosed):
             return None
 
-    def recv_into(self, buffer: Any, timeout_ms: int = -1) -> int:
-        """Fill ``buffer`` (writable, contiguous) with the next ``nbytes`` of what the peer
-        sent: the frames' contents back to back, as a byte stream (a frame may be split
-        between calls, a call may span frames; large parts are read straight into
-        ``buffer``). Returns ``nbytes``; the errors of :meth:`recv`. A receive with a
-        timeout may fail midway, and what it read is then lost: bulk readers wait for
-        ever (-1). A link is read either this way or by :meth:`recv`, not both at once."""
-        view = memoryview(buffer).cast("B")
-        deadline = None if timeout_ms < 0 else time.monotonic() + timeout_ms / 1000
-        lost = self.lost
-        want, have = view.nbytes, 0
-        while have < want:
-            if not self._left:  # at a frame's start: its length first
-                size = self._next_size()
-                while size is None:  # (its length only: what follows goes straight to buffer)
-                    self._fill(deadline, lost, 9 - (self._end - self._start))
-                    size = self._next_size()
-                self._start += 8
-                self._left = size
-                continue
-            take = min(self._left, want - have, self._end - self._start)
-            if take:  # what was read already
-                view[have:have + take] = self._view[self._start:self._start + take]
-                self._start += take
-            else:  # nothing read: straight into the caller's memory
-                take = min(self._left, want - have)
-                self._read_rest(self._sock, view[have:have + take], 0, deadline)
-            have += take
-            self._left -= take
-        if self._start == self._end:
-            self._start = self._end = 0
-        return want
-
     def _next_size(self) -> int | None:
         """The size of the next frame once its length has arrived (acknowledgements before
         it counted and dropped), else None."""
@@ -250,10 +237,11 @@ class StreamLink(LossCallbacks):
         while end - start >= 8:
             (size,) = HEADER.unpack_from(self._inbox, start)
             if size == 1 and self.acks_in_line and end - start < 9:
-                break  # an acknowledgement, or a one-byte frame: its byte tells
-            if size != 1 or not self.acks_in_line or self._inbox[start + 8] != ACK[0]:
+                break  # an acknowledgement (any other one-byte frame is padded)
+            if size != 1 or not self.acks_in_line:
                 self._start = start
-                return size
+                self._pad = 1 if size & PADDED else 0
+                return size & ~PADDED
             self._acks += 1
             start += 9
         if start == end:
@@ -267,15 +255,21 @@ class StreamLink(LossCallbacks):
         if end - start < 8:
             return None
         (size,) = HEADER.unpack_from(self._inbox, start)
-        if size == 1 and self.acks_in_line:  # perhaps an acknowledgement (or more)
+        if size == 1 and self.acks_in_line:  # an acknowledgement (or more)
             size = self._next_size()
             if size is None:
                 return None
-            start = self._start
+            start, pad = self._start, self._pad
+        elif size & PADDED:
+            size, pad = size & ~PADDED, 1
+        else:
+            pad = 0
         stop = start + 8 + size
-        if stop > end:
+        if stop + pad > end:
             return None
         frame = bytes(self._view[start + 8:stop])
+        stop += pad
+        self._pad = 0
         if stop == end:
             self._start = self._end = 0
         else:
@@ -309,6 +303,10 @@ class StreamLink(LossCallbacks):
         end = self._end
         room = min(CHUNK - end, most)
         into = self._view[end:end + room]
+        if self.quiet_acks:  # waiting for a new frame: quiet; for the rest of one: any byte
+            lowat = QUIET_LOWAT if self._start == end and not self._left else 1
+            if lowat != self._lowat:
+                self._set_lowat(sock, lowat)
         if self._drained and deadline is None:  # wait for ever: one blocking call, no poll
             self._receiving = True
             try:
@@ -322,8 +320,8 @@ class StreamLink(LossCallbacks):
             finally:
                 self._receiving = False
         else:
-            if self._drained:  # the last read took all there was: wait (or look) first
-                self._wait_readable(sock, deadline)
+            if self._drained and deadline > time.monotonic():  # the last read took all there
+                self._wait_readable(sock, deadline)  # was: wait first (a look reads at once)
             try:
                 got = sock.recv_into(into, room, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
@@ -340,6 +338,13 @@ class StreamLink(LossCallbacks):
             raise LinkTimeout if lost else LinkCanceled
         self._end += got
         return True
+
+    def _set_lowat(self, sock: socket.socket, lowat: int) -> None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, lowat)
+        except OSError:
+            return
+        self._lowat = lowat
 
     def _spin(self, sock: socket.socket, into: memoryview, room: int) -> int | None:
         """Bytes read awake (:mod:`.awake`), or None: then block."""
@@ -363,40 +368,6 @@ class StreamLink(LossCallbacks):
             if self._canceled:
                 self._canceled = False
                 raise LinkCanceled
-
-    def _read_rest(self, sock: socket.socket, view: memoryview, have: int, deadline: float | None) -> None:
-        """Read the rest of a frame into ``view[have:]``: once it started it is read whole
-        (a deadline is stretched by a second at a time while bytes keep coming; a wait
-        for ever blocks in one call per socket timeout), :class:`LinkClosed` if the
-        connection ends or the link closes first."""
-        size = view.nbytes
-        while have < size:
-            if deadline is None:
-                self._receiving = True
-                try:
-                    got = sock.recv_into(view[have:], size - have, socket.MSG_WAITALL)
-                except (BlockingIOError, InterruptedError):
-                    got = None  # (woken to look at close())
-                except OSError:
-                    got = 0
-                finally:
-                    self._receiving = False
-                if got is None and self._closed:
-                    raise LinkClosed("the link is closed")
-            else:
-                try:
-                    got = sock.recv_into(view[have:], size - have, _DONTWAIT)
-                except (BlockingIOError, InterruptedError):
-                    got = None
-                    self._wait_readable(sock, max(deadline, time.monotonic() + 1), partial=True)
-                except OSError:
-                    got = 0
-            if got == 0:
-                self._peer_gone()
-                raise LinkClosed("the link is closed" if self._closed
-                                 else "the link's connection ended in the middle of a frame")
-            if got:
-                have += got
 
     def _wait_readable(self, sock: socket.socket, deadline: float | None, partial: bool = False) -> None:
         """Wait for bytes (or the peer's hang-up); :class:`LinkTimeout` at ``deadline``,
@@ -485,3 +456,11 @@ class StreamLink(LossCallbacks):
     def fileno(self) -> int:
         sock = self._sock
         return -1 if sock is None else sock.fileno()
+
+
+def _wire(frame: bytes) -> bytes:
+    """A small frame as it goes on the wire: its length, its bytes (and a one-byte frame
+    other than an acknowledgement padded to two, see :data:`PADDED`)."""
+    if len(frame) == 1 and frame != ACK:
+        return HEADER.pack(1 | PADDED) + frame + b"\0"
+    return HEADER.pack(len(frame)) + frame

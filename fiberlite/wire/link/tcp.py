@@ -7,6 +7,13 @@ proves it; the writer dials and proves it. From then on it is a
 acknowledgements in line, and :meth:`~.stream.StreamLink.recv_into` for bulk data.
 Socket buffers are left to the kernel, which sizes TCP's to the network, unless the
 caller asks for a size (:meth:`TcpLink.dial`'s ``buffer``).
+
+An acknowledgement that arrives alone wakes no receiver (:data:`~.stream.QUIET_LOWAT`): the
+reader of a pipe that answers what it receives acknowledges it first, and its answer
+would otherwise cost the other side two wake-ups. A receive looks awake first as any
+stream link's does (:mod:`.awake`): a peer whose answers take longer than a look (a
+network's round trip) soon makes it look rarely, and it does not look while the
+machine has no CPU to spare.
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ HANDSHAKE_TIMEOUT = 10.0
 
 class TcpLink(StreamLink):
     """One end of a TCP link; one receiving and one sending thread at a time."""
+
+    quiet_acks = True  # an acknowledgement alone wakes no receive (a peer's system call each)
 
     def __init__(self, address: str = "") -> None:
         super().__init__(address)
