@@ -38,7 +38,7 @@ from pickle import dumps as _dumps, loads as _loads
 from typing import Any, Callable
 
 from . import codec, tcp
-from .link import LinkError, LinkTimeout, StreamLink
+from .link import LinkError, StreamLink
 from .link.listener import Listener
 from .link.tcp import TcpLink
 
@@ -200,26 +200,26 @@ class DirectServer:
     def _read(self, conn: _Served) -> None:
         """Handle every request that has arrived on ``conn``; drop it once its peer is gone."""
         link = conn.link
-        while True:
-            frame = link.recv_nowait()
-            if frame is None:
-                break
+        frame = link.recv_nowait()
+        if frame is None and link.lost:
+            self._drop(conn)
+        while frame is not None:
             if conn.peer is None:
                 if not self._take_ticket(conn, frame):
                     return
-                continue
-            try:
-                seq, message = _loads(frame)
-            except Exception as exc:
-                log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
-                self._drop(conn)
-                return
-            try:
-                self._handler(DirectRequest(conn, conn.peer, seq), message)
-            except Exception:  # a handler bug must not stop the server
-                log.exception("request handler failed")
-        if link.lost:
-            self._drop(conn)
+            else:
+                try:
+                    seq, message = _loads(frame)
+                except Exception as exc:
+                    log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
+                    self._drop(conn)
+                    return
+                try:
+                    self._handler(DirectRequest(conn, conn.peer, seq), message)
+                except Exception:  # a handler bug must not stop the server
+                    log.exception("request handler failed")
+            # (the socket tells of bytes once: those read with this frame are taken now)
+            frame = link.recv_nowait() if link.pending() else None
 
     def _take_ticket(self, conn: _Served, ticket: bytes) -> bool:
         with self._lock:
@@ -290,11 +290,12 @@ class DirectConnection:
             link.close()
             raise
 
-    def call(self, message: Any, slice_seconds: float | None) -> Any:
+    def call(self, message: Any) -> Any:
         """Send ``message`` (an envelope) and return the decoded reply ``(ok, value)``.
-        ``slice_seconds``: the wait looks up at least that often, so that a signal's
-        handler runs in it (the main thread). A large request interrupted while it
-        leaves leaves the connection :attr:`broken` (only closing it ends the request)."""
+        The wait is the link's blocking receive, which wakes every few milliseconds
+        (:data:`~.link.stream.CANCEL_CHECK_US`), so that a signal's handler runs in it
+        (the main thread). A large request interrupted while it leaves leaves the
+        connection :attr:`broken` (only closing it ends the request)."""
         self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
         data = _encode(seq, message)
         try:
@@ -304,28 +305,18 @@ class DirectConnection:
             raise
         if not sent:
             raise ConnectionError("the direct connection was closed")
-        return self.reply(seq, None if slice_seconds is None else int(slice_seconds * 1000))
+        return self.reply(seq)
 
-    def reply(self, seq: int, slice_ms: int | None = None) -> Any:
+    def reply(self, seq: int) -> Any:
         """The decoded reply to the request ``seq`` (those to earlier ones are dropped)."""
         while True:
-            got, reply = _loads(self._frame(slice_ms))
+            try:
+                frame = self.link.recv(-1)
+            except LinkError:
+                raise ConnectionError("the direct connection was closed") from None
+            got, reply = _loads(frame)
             if got == seq:
                 return reply
-
-    def _frame(self, slice_ms: int | None) -> Any:
-        link = self.link
-        try:
-            if slice_ms is None:
-                return link.recv(-1)
-            while True:  # a signal's handler runs between looks (its error is raised)
-                try:
-                    return link.recv(slice_ms)
-                except LinkTimeout:
-                    if link.lost:
-                        raise
-        except LinkError:
-            raise ConnectionError("the direct connection was closed") from None
 
     def close(self) -> None:
         self.link.close()

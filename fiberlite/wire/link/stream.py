@@ -210,6 +210,12 @@ class StreamLink(LossCallbacks):
         except (LinkTimeout, LinkCanceled, LinkClosed):
             return None
 
+    def pending(self) -> bool:
+        """Whether bytes already read wait here (a whole frame, perhaps): a reader woken
+        by its socket's readiness takes them with :meth:`recv_nowait`, since the socket
+        will not tell of them again."""
+        return self._end > self._start
+
     def recv_into(self, buffer: Any, timeout_ms: int = -1) -> int:
         """Fill ``buffer`` (writable, contiguous) with the next ``nbytes`` of what the peer
         sent: the frames' contents back to back, as a byte stream (a frame may be split
