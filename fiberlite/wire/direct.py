@@ -200,7 +200,7 @@ class DirectServer:
     def _read(self, conn: _Served) -> None:
         """Handle every request that has arrived on ``conn``; drop it once its peer is gone."""
         link = conn.link
-        frame = link.recv_nowait()
+        frame = link.recv_ready()
         if frame is None and link.lost:
             self._drop(conn)
         while frame is not None:

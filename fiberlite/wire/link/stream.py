@@ -210,6 +210,15 @@ class StreamLink(LossCallbacks):
         except (LinkTimeout, LinkCanceled, LinkClosed):
             return None
 
+    def recv_ready(self) -> Any:
+        """:meth:`recv_nowait` for a reader that knows the socket is readable (a selector
+        said so): it reads at once, without looking first. None if no whole frame came."""
+        frame = self._buffered()
+        if frame is not None:
+            return frame
+        self._drained = False
+        return self.recv_nowait()
+
     def pending(self) -> bool:
         """Whether bytes already read wait here (a whole frame, perhaps): a reader woken
         by its socket's readiness takes them with :meth:`recv_nowait`, since the socket
