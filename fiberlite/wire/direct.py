@@ -156,7 +156,7 @@ class DirectServer:
     def _wake(self) -> None:
         try:
             os.eventfd_write(self._wake_fd, 1)
-        except (OSError, ValueError):  # closed
+        except OSError:  # (cannot be full)
             pass
 
     def _serve(self) -> None:
@@ -251,8 +251,6 @@ class DirectServer:
         for conn in list(self._served.values()):
             self._drop(conn)
         self._poll.close()
-        os.close(self._wake_fd)
-        self._wake_fd = -1
 
     def close(self) -> None:
         """Stop: every direct connection closes (their callers fall back to nng)."""
@@ -267,6 +265,9 @@ class DirectServer:
         self._wake()
         if threading.current_thread() is not self._thread:
             self._thread.join(5)
+        if not self._thread.is_alive():  # (nobody wakes it once closed: _admit and end_peer look first)
+            os.close(self._wake_fd)
+            self._wake_fd = -1
 
 
 # -- the caller's side ------------------------------------------------------------------------
