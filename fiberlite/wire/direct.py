@@ -200,26 +200,24 @@ class DirectServer:
     def _read(self, conn: _Served) -> None:
         """Handle every request that has arrived on ``conn``; drop it once its peer is gone."""
         link = conn.link
-        frame = link.recv_ready()
-        if frame is None and link.lost:
+        frames = link.recv_ready()
+        if not frames and link.lost:
             self._drop(conn)
-        while frame is not None:
+        for frame in frames:
             if conn.peer is None:
                 if not self._take_ticket(conn, frame):
                     return
-            else:
-                try:
-                    seq, message = _loads(frame)
-                except Exception as exc:
-                    log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
-                    self._drop(conn)
-                    return
-                try:
-                    self._handler(DirectRequest(conn, conn.peer, seq), message)
-                except Exception:  # a handler bug must not stop the server
-                    log.exception("request handler failed")
-            # (the socket tells of bytes once: those read with this frame are taken now)
-            frame = link.recv_nowait() if link.pending() else None
+                continue
+            try:
+                seq, message = _loads(frame)
+            except Exception as exc:
+                log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
+                self._drop(conn)
+                return
+            try:
+                self._handler(DirectRequest(conn, conn.peer, seq), message)
+            except Exception:  # a handler bug must not stop the server
+                log.exception("request handler failed")
 
     def _take_ticket(self, conn: _Served, ticket: bytes) -> bool:
         with self._lock:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 
@@ -168,3 +169,25 @@ def test_a_listener_serves_many_peers_and_close_ends_their_links():
             with pytest.raises((LinkCanceled, LinkTimeout, LinkClosed)):
                 caller.recv(5000)
             caller.close()
+
+
+def test_a_reader_told_by_its_selector_takes_every_frame_that_arrived_in_one_read():
+    reader, writer = _pair()
+    try:
+        assert reader.recv_ready() == []  # (nothing yet: no wait)
+        writer.send(b"one", -1)
+        writer.send(b"two", -1)
+        poller = select.poll()
+        poller.register(reader.fileno(), select.POLLIN)
+        assert poller.poll(5000)
+        got = reader.recv_ready()
+        while len(got) < 2:  # (the two may come in two segments)
+            assert poller.poll(5000)
+            got += reader.recv_ready()
+        assert got == [b"one", b"two"]
+        writer.close()
+        assert poller.poll(5000)
+        assert reader.recv_ready() == [] and reader.lost
+    finally:
+        reader.close()
+        writer.close()

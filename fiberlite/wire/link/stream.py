@@ -210,20 +210,17 @@ class StreamLink(LossCallbacks):
         except (LinkTimeout, LinkCanceled, LinkClosed):
             return None
 
-    def recv_ready(self) -> Any:
-        """:meth:`recv_nowait` for a reader that knows the socket is readable (a selector
-        said so): it reads at once, without looking first. None if no whole frame came."""
-        frame = self._buffered()
-        if frame is not None:
-            return frame
+    def recv_ready(self) -> list:
+        """The frames that have arrived, for a reader whose selector said the socket is
+        readable: one read at once, without looking first ([]: none whole yet, or the
+        peer's end, then :attr:`lost`). The socket will not tell of what it returns again."""
         self._drained = False
-        return self.recv_nowait()
-
-    def pending(self) -> bool:
-        """Whether bytes already read wait here (a whole frame, perhaps): a reader woken
-        by its socket's readiness takes them with :meth:`recv_nowait`, since the socket
-        will not tell of them again."""
-        return self._end > self._start
+        frames = []
+        frame = self.recv_nowait()
+        while frame is not None:
+            frames.append(frame)
+            frame = self._buffered()
+        return frames
 
     def recv_into(self, buffer: Any, timeout_ms: int = -1) -> int:
         """Fill ``buffer`` (writable, contiguous) with the next ``nbytes`` of what the peer
