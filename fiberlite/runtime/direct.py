@@ -1,7 +1,7 @@
 """Calls to a servant of another process over direct connections (:mod:`fiberlite.wire.direct`),
 where the servant's hub offers them; through the hub's nng connection otherwise.
 
-The shared primitives make their calls here: a call on a plain TCP connection that
+The shared primitives make their calls here: a call on a TCP link (:mod:`fiberlite.wire.link.tcp`) that
 the calling thread writes and reads itself costs one TCP round trip and the two
 sides' Python, where an nng request also crosses threads of nng's on both sides
 (docs/performance.md, "Across machines"). The direct connection speaks for this process's nng
