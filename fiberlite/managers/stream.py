@@ -17,9 +17,9 @@ Calling (:func:`call`): the calling thread's connection to that server, made on 
 use and closed when the thread ends. A connection that fails raises
 :class:`ConnectionError`: the caller decides what that means (:mod:`.calls`).
 
-Each request and reply is one frame of a :class:`~fiberlite.wire.link.StreamLink`:
-``u32 pickle length, u32 buffer count, u64 length per buffer``, the pickle, then its
-out-of-band buffers, which are sent without a copy into it. What is
+Each request and reply is one frame of a :class:`~fiberlite.wire.link.StreamLink`
+(:class:`Framed`): the pickle alone, or, with out-of-band buffers, their sizes, the pickle
+and the buffers, which are sent without a copy into it. What is
 pickled, and how, is the caller's business (:mod:`fiberlite.managers.calls`).
 """
 from __future__ import annotations
@@ -39,8 +39,6 @@ from ..wire.link.listener import ABSTRACT
 
 __all__ = ["CallListener", "call", "CallAddress", "Unreachable"]
 
-_HEAD = struct.Struct("<II")
-
 # where a server listens: (tcp host, tcp port, abstract name, machine id)
 CallAddress = tuple
 Parts = tuple  # (pickle, out-of-band buffers)
@@ -51,8 +49,16 @@ class Unreachable(ConnectionError):
 
 
 # -- frames ----------------------------------------------------------------------------------------
+PICKLE = 0x80  # how a pickle (protocol 2 and later) starts: a frame that is only one
+WITH_BUFFERS = b"B"  # how a frame with out-of-band buffers starts, before its sizes
+_COUNT = struct.Struct("<BI")  # that mark, how many buffers
+
+
 class Framed:
-    """A link carrying calls: each a pickle and its out-of-band buffers, as one frame.
+    """A link carrying calls: each a pickle and its out-of-band buffers, as one frame of
+    the link. A call without buffers (as nearly all) is its pickle alone; one with
+    buffers starts with :data:`WITH_BUFFERS`, their count and the sizes of the pickle and
+    of each buffer (``u64``), then the pickle and the buffers, sent without a copy.
     A receive sleeps at once (the peer runs Python before it answers: looking awake
     for the reply would only take a CPU from it)."""
 
@@ -66,10 +72,11 @@ class Framed:
         """Send a pickle and its out-of-band buffers (``(data, buffers)``) as one frame."""
         data, buffers = parts
         if not buffers:
-            sent = self.link.send(_HEAD.pack(len(data), 0) + data, -1)
+            sent = self.link.send(data, -1)
         else:
             views = [memoryview(b).cast("B") for b in buffers]
-            head = _HEAD.pack(len(data), len(views)) + struct.pack(f"<{len(views)}Q", *map(len, views))
+            head = _COUNT.pack(WITH_BUFFERS[0], len(views)) + struct.pack(
+                f"<{len(views) + 1}Q", len(data), *map(len, views))
             sent = self.link.send((head, data, *views), -1)
         if not sent:
             raise ConnectionError("the connection ended")
@@ -81,12 +88,14 @@ class Framed:
             frame = self.link.recv()
         except LinkError as exc:
             raise ConnectionError(f"the connection ended ({type(exc).__name__})") from None
-        size, count = _HEAD.unpack_from(frame)
-        if not count:  # (as nearly always)
-            return memoryview(frame)[_HEAD.size:], []
-        at = _HEAD.size + 8 * count
-        lengths = struct.unpack_from(f"<{count}Q", frame, _HEAD.size) if count else ()
+        if frame and frame[0] == PICKLE:  # (as nearly always)
+            return frame, []
+        if len(frame) < _COUNT.size or frame[0] != WITH_BUFFERS[0]:
+            raise ConnectionError("the connection carried a frame that is not a call")
+        count = _COUNT.unpack_from(frame)[1]
+        size, *lengths = struct.unpack_from(f"<{count + 1}Q", frame, _COUNT.size)
         view = memoryview(frame)
+        at = _COUNT.size + 8 * (count + 1)
         data = view[at:at + size]
         at += size
         buffers = []

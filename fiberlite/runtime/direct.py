@@ -1,7 +1,7 @@
 """Calls to a servant of another process over direct connections (:mod:`fiberlite.wire.direct`),
 where the servant's hub offers them; through the hub's nng connection otherwise.
 
-The shared primitives make their calls here: a call on a plain TCP connection that
+The shared primitives make their calls here: a call on a TCP link (:mod:`fiberlite.wire.link.tcp`) that
 the calling thread writes and reads itself costs one TCP round trip and the two
 sides' Python, where an nng request also crosses threads of nng's on both sides
 (docs/performance.md, "Across machines"). The direct connection speaks for this process's nng
@@ -24,7 +24,6 @@ from .hub import DIRECT, ObjectRef, current_hub
 from ..wire import tls
 from ..wire.client import Client
 from ..wire.direct import DirectConnection
-from ..wire.nngio import SIGNAL_SLICE
 
 UNAVAILABLE = "unavailable"
 
@@ -75,7 +74,6 @@ class _Channel:
 
 _channels: dict[str, Any] = {}  # address -> _Channel, or UNAVAILABLE
 _lock = threading.Lock()
-_MAIN = threading.main_thread().ident
 
 
 def _forget_all() -> None:
@@ -125,14 +123,13 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
     client = channel.client
     if client.unsynced:  # what went before over nng is handled first
         client.flush()
-    main = threading.get_ident() == _MAIN
     try:
         conn = channel.take()
     except (OSError, ConnectionError):
         channel.close()
         return _through_hub(ref, method, args, interruptible, interrupted)
     try:
-        ok, value = conn.call((ref.oid, method, args), SIGNAL_SLICE if main else None)
+        ok, value = conn.call((ref.oid, method, args))
     except (OSError, ValueError):
         channel.discard(conn)
         if not channel.alive:
@@ -175,7 +172,7 @@ def _withdraw(channel: _Channel, conn: DirectConnection, ref: ObjectRef, interru
     for the withdrawal's answer (the call's own, if any, is dropped); a connection that
     cannot be read to its end is closed."""
     try:
-        conn.call((ref.oid, interrupted[0], tuple(interrupted[1:])), None)
+        conn.call((ref.oid, interrupted[0], tuple(interrupted[1:])))
     except BaseException:
         channel.discard(conn)
         return

@@ -1,5 +1,5 @@
-"""Direct calls: requests to a hub on plain TCP connections, read and written by the
-threads that make and answer them.
+"""Direct calls: requests to a hub on TCP links, read and written by the threads that
+make and answer them.
 
 An nng request crosses threads of nng's on both sides (the sender's, the receiver's,
 then the waiting thread is woken), which costs a call several TCP round trips. The
@@ -8,16 +8,19 @@ take this path instead when the hub's connections are plain TCP (TLS keeps nng):
 
 - The job asks the hub, over its nng connection, for an *offer*: the address of the
   hub's :class:`DirectServer` and a ticket that names that nng connection. A direct
-  connection proves the run's key at the server's door (:class:`~.doorman.Doorman`),
-  then presents the ticket: its requests are then handled as the nng connection's
-  (the same peer), so what the job holds is the same whichever path a call took.
+  connection is a TCP link (:mod:`.link.tcp`): it proves the run's key at the server's
+  :class:`~.link.listener.Listener`, then sends the ticket as its first frame: its
+  requests are then handled as the nng connection's (the same peer), so what the job
+  holds is the same whichever path a call took.
 - One request at a time on a connection (but for the call that withdraws an
-  interrupted one): ``u32`` length + ``u32`` sequence number + the pickled envelope,
-  each way (a reply carries its request's number; user objects travel as the
-  :class:`~.codec.Payload` they are in, pickled by their sender). The calling thread sends and reads its reply itself; a process keeps a few
-  connections per hub, one per thread calling at the same moment.
-- The server's one thread reads every direct connection (a selector) and hands each
-  request to the hub's handler, which may answer it later from any thread.
+  interrupted one): each request and each reply is one frame of the link, the pickled
+  ``(sequence number, envelope)`` (a reply carries its request's number; user objects
+  travel as the :class:`~.codec.Payload` they are in, pickled by their sender). The
+  calling thread sends and reads its reply itself; a process keeps a few connections
+  per hub, one per thread calling at the same moment.
+- The server's one thread reads every direct connection (a selector over the links'
+  sockets) and hands each request to the hub's handler, which may answer it later from
+  any thread.
 - When the nng connection ends, its direct connections are closed on the server's
   thread before the hub hears of the loss (:meth:`DirectServer.end_peer`), so that no
   request of a peer is handled after what it held was recovered.
@@ -26,52 +29,29 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import secrets
 import select
-from pickle import dumps as _dumps, loads as _loads
 import socket
-import struct
 import threading
-import time
+from pickle import dumps as _dumps, loads as _loads
 from typing import Any, Callable
 
-from . import auth, codec
-from .doorman import Doorman, listen_tcp
-from .handover import TCP, no_delay
+from . import codec, tcp
+from .link import LinkError, StreamLink
+from .link.listener import Listener
+from .link.tcp import TcpLink
 
 log = logging.getLogger(__name__)
 
-LENGTH = struct.Struct("<I")
-SEQ = struct.Struct("<I")
-HEAD = struct.Struct("<II")  # length, sequence number
 TICKET_BYTES = 16
-READ_SIZE = 1 << 16
-SEND_SECONDS = 30.0  # how long a reply may wait for room in its connection's buffer
+TAKEN = b""  # the server's answer to a ticket it took: the caller's first request may go
+SEND_MS = 30_000  # how long a reply may wait for room in its connection's buffer
+WHOLE_AT_ONCE = 16 * 1024  # a request this small leaves in one system call, or not at all
 
 
-def frame_bytes(message: Any, seq: int = 0) -> bytes:
-    """``message`` framed for a direct connection: its length, ``seq``, its pickle."""
-    body = _dumps(message, codec.PROTOCOL)
-    return HEAD.pack(len(body) + 4, seq) + body
-
-
-def _message(frame: bytes) -> Any:
-    """The envelope of a frame (after its length)."""
-    return _loads(memoryview(frame)[4:])
-
-
-def split_frames(buffer: bytearray) -> list[bytes]:
-    """The whole frames at the start of ``buffer`` (taken out of it)."""
-    frames, start, size = [], 0, len(buffer)
-    while size - start >= 4:
-        (length,) = LENGTH.unpack_from(buffer, start)
-        if size - start - 4 < length:
-            break
-        frames.append(bytes(buffer[start + 4:start + 4 + length]))
-        start += 4 + length
-    if start:
-        del buffer[:start]
-    return frames
+def _encode(seq: int, message: Any) -> bytes:
+    return _dumps((seq, message), codec.PROTOCOL)
 
 
 # -- the hub's side ---------------------------------------------------------------------------
@@ -96,40 +76,27 @@ class DirectRequest:
         if conn is None:
             raise RuntimeError("request answered twice")
         try:
-            data = frame_bytes(value, self._seq)
+            data = _encode(self._seq, value)
         except Exception as exc:
-            data = frame_bytes((False, TypeError(f"reply could not be pickled: {exc}")), self._seq)
+            data = _encode(self._seq, (False, TypeError(f"reply could not be pickled: {exc}")))
         conn.send(data)
 
 
 class _Served:
     """A proven direct connection on the server, and the peer it speaks for once its
-    ticket came."""
+    ticket came. Replies come from any thread, one at a time."""
 
-    __slots__ = ("sock", "buffer", "peer", "_lock")
+    __slots__ = ("link", "peer", "_lock")
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buffer = bytearray()
+    def __init__(self, link: StreamLink) -> None:
+        self.link = link
         self.peer: int | None = None
         self._lock = threading.Lock()
 
     def send(self, data: bytes) -> None:
-        with self._lock:
-            try:
-                sent = self.sock.send(data, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                sent = 0
-            except OSError:  # (closed: its peer went, or was given up)
-                return
-            if sent < len(data):  # (a large reply: it waits for room, for a while)
-                self.sock.settimeout(SEND_SECONDS)
-                try:
-                    self.sock.sendall(memoryview(data)[sent:])
-                except OSError:
-                    pass
-                finally:
-                    self.sock.settimeout(None)
+        with self._lock:  # at once (the rest of a large one on its own), else for a while
+            if not self.link.send(data, 0):
+                self.link.send(data, SEND_MS)
 
 
 class DirectServer:
@@ -145,18 +112,14 @@ class DirectServer:
         self._arrived: list[socket.socket] = []
         self._ending: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
         self._closed = False
-        listening, self.address = listen_tcp(host)
         self._poll = select.epoll()
         self._served: dict[int, _Served] = {}  # descriptor -> connection
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        self._poll.register(self._wake_r.fileno(), select.EPOLLIN)
-        self._door = Doorman(listening, key, None, None, f"direct calls at {self.address}",
-                             hand_over=self._admit)
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._poll.register(self._wake_fd, select.EPOLLIN)
+        self._listener = Listener.tcp(host, key, self._admit, "fiberlite-direct")
+        self.address = self._listener.address
         self._thread = threading.Thread(target=self._serve, name="fiberlite-direct", daemon=True)
         self._thread.start()
-        self._door.serve()
 
     def offer(self, peer: int) -> tuple[str, bytes]:
         """``(address, ticket)``: how the peer ``peer`` of the hub's nng server calls here."""
@@ -181,7 +144,8 @@ class DirectServer:
         return True
 
     def _admit(self, sock: socket.socket) -> None:
-        """(the door's thread) A peer proved the key: its ticket is read on this server's thread."""
+        """(the listener's thread) A peer proved the key: its ticket is read on this
+        server's thread."""
         with self._lock:
             if self._closed:
                 sock.close()
@@ -191,14 +155,14 @@ class DirectServer:
 
     def _wake(self) -> None:
         try:
-            self._wake_w.send(b"x")
-        except OSError:  # full (a wake-up is pending anyway) or closed
+            os.eventfd_write(self._wake_fd, 1)
+        except OSError:  # (cannot be full)
             pass
 
     def _serve(self) -> None:
         try:
             while not self._closed:
-                wake, served = self._wake_r.fileno(), self._served
+                wake, served = self._wake_fd, self._served
                 for fd, _ in self._poll.poll():
                     conn = served.get(fd)
                     if conn is not None:
@@ -213,15 +177,14 @@ class DirectServer:
 
     def _woken(self) -> None:
         try:
-            while self._wake_r.recv(4096):
-                pass
+            os.eventfd_read(self._wake_fd)
         except OSError:
             pass
         with self._lock:
             arrived, self._arrived = self._arrived, []
         for sock in arrived:
-            no_delay(sock)
-            self._served[sock.fileno()] = _Served(sock)
+            conn = _Served(StreamLink.over(sock, "a direct caller", None))
+            self._served[sock.fileno()] = conn
             self._poll.register(sock.fileno(), select.EPOLLIN)
         while self._ending:
             peer, then = self._ending.popleft()
@@ -235,28 +198,18 @@ class DirectServer:
                 log.exception("reporting the loss of peer %s failed", peer)
 
     def _read(self, conn: _Served) -> None:
-        try:
-            chunk = conn.sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
+        """Handle every request that has arrived on ``conn``; drop it once its peer is gone."""
+        link = conn.link
+        frames = link.recv_ready()
+        if not frames and link.lost:
             self._drop(conn)
-            return
-        if not conn.buffer and len(chunk) >= 4 and LENGTH.unpack_from(chunk, 0)[0] == len(chunk) - 4:
-            frames = [chunk[4:]]  # (one whole request, as most reads bring)
-        else:
-            conn.buffer += chunk
-            frames = split_frames(conn.buffer)
         for frame in frames:
             if conn.peer is None:
                 if not self._take_ticket(conn, frame):
                     return
                 continue
             try:
-                (seq,) = SEQ.unpack_from(frame, 0)
-                message = _message(frame)
+                seq, message = _loads(frame)
             except Exception as exc:
                 log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
                 self._drop(conn)
@@ -268,39 +221,34 @@ class DirectServer:
 
     def _take_ticket(self, conn: _Served, ticket: bytes) -> bool:
         with self._lock:
-            peer = self._tickets.get(ticket)
+            peer = self._tickets.get(bytes(ticket))
             if peer is not None:
                 conn.peer = peer
                 self._conns.setdefault(peer, set()).add(conn)
         if peer is None:  # (its nng connection ended meanwhile, or a forged ticket)
             self._drop(conn)
             return False
-        conn.send(LENGTH.pack(0))  # taken: the caller's first request may go
+        conn.send(TAKEN)
         return True
 
     def _drop(self, conn: _Served) -> None:
-        if self._served.pop(conn.sock.fileno(), None) is None:
+        fd = conn.link.fileno()
+        if self._served.pop(fd, None) is None:
             return
         try:
-            self._poll.unregister(conn.sock.fileno())
+            self._poll.unregister(fd)
         except (OSError, ValueError):
             pass
         with self._lock:
             if conn.peer is not None:
                 self._conns.get(conn.peer, set()).discard(conn)
-        try:
-            conn.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        conn.sock.close()
+        conn.link.close()  # (its descriptor closes with the last reference to it)
 
     def _shut(self) -> None:
         self._closed = True
         for conn in list(self._served.values()):
             self._drop(conn)
         self._poll.close()
-        self._wake_r.close()
-        self._wake_w.close()
 
     def close(self) -> None:
         """Stop: every direct connection closes (their callers fall back to nng)."""
@@ -308,10 +256,16 @@ class DirectServer:
             if self._closed:
                 return
             self._closed = True
-        self._door.close()
+            arrived, self._arrived = self._arrived, []
+        self._listener.close()
+        for sock in arrived:
+            sock.close()
         self._wake()
         if threading.current_thread() is not self._thread:
             self._thread.join(5)
+        if not self._thread.is_alive():  # (nobody wakes it once closed: _admit and end_peer look first)
+            os.close(self._wake_fd)
+            self._wake_fd = -1
 
 
 # -- the caller's side ------------------------------------------------------------------------
@@ -319,74 +273,49 @@ class DirectConnection:
     """One direct connection to a hub, used by one thread at a time."""
 
     def __init__(self, address: str, ticket: bytes, key: bytes, timeout: float = 10.0) -> None:
-        if not address.startswith(TCP):
+        if not address.startswith(tcp.SCHEME):
             raise ValueError(f"not an address of direct calls: {address}")
-        host, port = address[len(TCP):].rsplit(":", 1)
         self.broken = False
         self.seq = 0
-        self._buffer = bytearray()
-        self.sock = sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        self.link = link = TcpLink.dial(address, key, None, timeout)
+        link.awake = False  # (the hub runs Python before it answers: a CPU is better left to it)
         try:
-            no_delay(sock)
-            auth.prove_on(sock, key, address, time.monotonic() + timeout)
-            sock.settimeout(timeout)
-            sock.sendall(LENGTH.pack(len(ticket)) + ticket)
-            if self._frame() != b"":
+            if not link.send(ticket, int(timeout * 1000)) or link.recv(int(timeout * 1000)) != TAKEN:
                 raise ConnectionError(f"{address} did not take this process's direct connection")
-            sock.settimeout(None)
-            self._poll = select.poll()
-            self._poll.register(sock.fileno(), select.POLLIN)
+        except LinkError:
+            link.close()
+            raise ConnectionError(f"{address} did not take this process's direct connection") from None
         except BaseException:
-            sock.close()
+            link.close()
             raise
 
-    def call(self, message: Any, slice_seconds: float | None) -> Any:
+    def call(self, message: Any) -> Any:
         """Send ``message`` (an envelope) and return the decoded reply ``(ok, value)``.
-        ``slice_seconds``: the wait looks up at least that often, so that a signal's
-        handler runs in it (the main thread). A request sent in part (a large one,
-        interrupted) leaves the connection :attr:`broken`."""
+        The wait is the link's blocking receive, which wakes every few milliseconds
+        (:data:`~.link.stream.CANCEL_CHECK_US`), so that a signal's handler runs in it
+        (the main thread). A large request interrupted while it leaves leaves the
+        connection :attr:`broken` (only closing it ends the request)."""
         self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
-        data = frame_bytes(message, seq)
-        sock = self.sock
-        sent = sock.send(data)  # (interrupted, it sent nothing: the connection is as it was)
-        if sent < len(data):
-            try:
-                sock.sendall(memoryview(data)[sent:])
-            except BaseException:
-                self.broken = True  # sent in part: only closing it ends the request
-                raise
-        return self.reply(seq, None if slice_seconds is None else int(slice_seconds * 1000))
+        data = _encode(seq, message)
+        try:
+            sent = self.link.send(data, -1)
+        except BaseException:
+            self.broken = len(data) > WHOLE_AT_ONCE  # (a small one went whole, or not at all)
+            raise
+        if not sent:
+            raise ConnectionError("the direct connection was closed")
+        return self.reply(seq)
 
-    def reply(self, seq: int, slice_ms: int | None = None) -> Any:
+    def reply(self, seq: int) -> Any:
         """The decoded reply to the request ``seq`` (those to earlier ones are dropped)."""
         while True:
-            frame = self._frame(slice_ms)
-            if SEQ.unpack_from(frame, 0)[0] == seq:
-                return _message(frame)
-
-    def _frame(self, slice_ms: int | None = None) -> bytes:
-        buffer = self._buffer
-        while True:
-            if len(buffer) >= 4:
-                (length,) = LENGTH.unpack_from(buffer, 0)
-                if len(buffer) >= 4 + length:
-                    frame = bytes(buffer[4:4 + length])
-                    del buffer[:4 + length]
-                    return frame
-            if slice_ms is not None:  # a signal's handler runs between looks (its error is raised)
-                poll = self._poll.poll
-                while not poll(slice_ms):
-                    pass
-            chunk = self.sock.recv(READ_SIZE)
-            if not chunk:
-                raise ConnectionError("the direct connection was closed")
-            if not buffer and len(chunk) >= 4 and LENGTH.unpack_from(chunk, 0)[0] == len(chunk) - 4:
-                return chunk[4:]  # (one whole reply, as most reads bring)
-            buffer += chunk
+            try:
+                frame = self.link.recv(-1)
+            except LinkError:
+                raise ConnectionError("the direct connection was closed") from None
+            got, reply = _loads(frame)
+            if got == seq:
+                return reply
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        self.link.close()

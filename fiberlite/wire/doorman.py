@@ -25,10 +25,9 @@ import pynng
 from pynng._nng import ffi, lib
 
 from . import auth
-from .binding import bind_host
 from .gate import Gate
 from .guard import CallGuard
-from .handover import SP_HEADER, TCP, adopt, listener_of
+from .handover import SP_HEADER, adopt, listener_of
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +37,6 @@ ACCEPTS_PER_TURN = 64       # connections accepted before the others are read ag
 # seconds a proven peer's connection may take to become an nng pipe once adopted (its
 # peer adopts its end after the greeting; one that died meanwhile leaves no other sign)
 HANDOVER_SECONDS = 60.0
-
-
-# -- addresses --------------------------------------------------------------------------------
-def listen_tcp(host: str, port: int = 0) -> tuple[socket.socket, str]:
-    """A non-blocking TCP socket listening where peers reaching ``host`` arrive (see
-    :func:`~fiberlite.wire.binding.bind_host`), and the ``tcp://`` address to give them."""
-    bind = bind_host(host).strip("[]")
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-    sock = socket.create_server((bind, port), family=family, backlog=BACKLOG)
-    sock.setblocking(False)
-    return sock, f"{TCP}{host}:{sock.getsockname()[1]}"
 
 
 def _not_the_handshake(data: bytes) -> str:
@@ -92,6 +80,7 @@ class Doorman:
             from .. import config
             timeout = config.get("auth_timeout") if timeout is None else timeout
             limit = config.get("auth_pending_limit") if limit is None else limit
+        listening.setblocking(False)
         self._listening: socket.socket | None = listening
         self._key = key
         self._nng = nng

@@ -16,6 +16,7 @@ import pynng
 from pynng._nng import ffi, lib
 
 from .guard import CallGuard
+from .tcp import nodelay
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +25,12 @@ SP_HEADER_SIZE = 8
 TCP = "tcp://"
 
 
-def no_delay(sock: socket.socket) -> None:
-    """Small messages leave at once (TCP only)."""
-    if sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 def adopt(guard: CallGuard, nng_socket, sock: socket.socket):
     """Hand the connected ``sock`` to the nng socket ``nng_socket`` (an ``nng_socket``)
     through a ``socket://`` listener of its own; the listener (an ``nng_listener``), or
     None when that failed or the socket is closing (``sock`` is closed then). From now on
     nng owns the descriptor: closing the listener (or the socket) closes it."""
-    no_delay(sock)
+    nodelay(sock)
     if not guard.enter():
         sock.close()
         return None

@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import pynng
 
-from . import auth, codec, liveness, tls, tls_watch
+from . import auth, codec, liveness, tcp, tls, tls_watch
 from .binding import bind_host
-from .doorman import Doorman, listen_tcp
+from .doorman import BACKLOG, Doorman
 from .guard import SocketGuard
 from .nngio import Io, close_pipe
 
@@ -112,8 +112,8 @@ class Server:
                 self.address = f"{tls.SCHEME}{host}:{self.port}"
                 self._unwatch = tls_watch.watch(self, self._sock, self.port)
             else:
-                listening, self.address = listen_tcp(host, port)
-                self.port = int(self.address.rsplit(":", 1)[1])
+                listening, self.port = tcp.listen(host, BACKLOG, port)
+                self.address = tcp.address(host, self.port)
                 self._door = Doorman(listening, key, self._sock, self._guard, f"the server at {self.address}")
         except BaseException:
             self._guard.close()

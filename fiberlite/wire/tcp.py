@@ -18,10 +18,11 @@ def _family(host: str) -> socket.AddressFamily:
     return socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
 
 
-def listen(host: str, backlog: int) -> tuple[socket.socket, int]:
-    """A socket listening for peers that reach this process at ``host``, and its port."""
+def listen(host: str, backlog: int, port: int = 0) -> tuple[socket.socket, int]:
+    """A socket listening for peers that reach this process at ``host`` (on ``port``,
+    0: any free one), and its port."""
     bind = bind_host(host).strip("[]")
-    listening = socket.create_server((bind, 0), family=_family(bind), backlog=backlog)
+    listening = socket.create_server((bind, port), family=_family(bind), backlog=backlog)
     return listening, listening.getsockname()[1]
 
 

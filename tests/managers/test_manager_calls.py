@@ -154,3 +154,30 @@ def test_with_tls_calls_come_through_the_hub(monkeypatch):
     assert server.open_calls("127.0.0.1", None) is None and server.calls is None
     monkeypatch.undo()
     config.init()
+
+
+def framed_pair():
+    from fiberlite.wire.link import StreamLink
+    left, right = socket.socketpair()
+    return stream.Framed(StreamLink.over(left, "left")), stream.Framed(StreamLink.over(right, "right"))
+
+
+def test_a_call_is_one_frame_of_the_link_with_or_without_buffers():
+    sender, receiver = framed_pair()
+    try:
+        plain = pickle.dumps(("ping", 1), 5)
+        sender.send((plain, []))
+        assert receiver.receive() == (plain, [])
+        small = [b"ab", bytearray(b"cde")]  # (a small frame: its buffers get memory of their own)
+        buffers: list = []
+        with_buffers = pickle.dumps(pickle.PickleBuffer(bytearray(b"xy")), 5, buffer_callback=buffers.append)
+        sender.send((with_buffers, small))
+        data, got = receiver.receive()
+        assert bytes(data) == with_buffers and [bytes(b) for b in got] == [b"ab", b"cde"]
+        assert all(isinstance(b, bytearray) for b in got)
+        sender.link.send(b"not a call", -1)
+        with pytest.raises(ConnectionError, match="not a call"):
+            receiver.receive()
+    finally:
+        sender.close()
+        receiver.close()

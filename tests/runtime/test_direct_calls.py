@@ -36,7 +36,7 @@ def test_a_connection_with_the_ticket_of_a_peer_speaks_for_that_peer(server):
     direct, seen = server
     address, ticket = direct.offer(7)
     conn = DirectConnection(address, ticket, identity.key())
-    assert conn.call((1, "ping", (2,)), None) == (True, ("echo", (1, "ping", (2,))))
+    assert conn.call((1, "ping", (2,))) == (True, ("echo", (1, "ping", (2,))))
     assert seen == [(7, (1, "ping", (2,)))]
     assert direct.offer(7) == (address, ticket)  # one ticket per peer
     conn.close()
@@ -56,7 +56,7 @@ def test_the_end_of_a_peer_closes_its_connections_before_it_is_reported(server):
     direct, seen = server
     address, ticket = direct.offer(3)
     conn = DirectConnection(address, ticket, identity.key())
-    conn.call((1, "first", ()), None)
+    conn.call((1, "first", ()))
     reported = threading.Event()
     closed_first: list = []
 
@@ -67,7 +67,7 @@ def test_the_end_of_a_peer_closes_its_connections_before_it_is_reported(server):
     assert reported.wait(WAIT)
     assert closed_first == [True]
     with pytest.raises((ConnectionError, OSError)):
-        conn.call((1, "after", ()), None)
+        conn.call((1, "after", ()))
     with pytest.raises((ConnectionError, OSError)):  # its ticket is no longer taken
         DirectConnection(address, ticket, identity.key())
     assert not direct.end_peer(3, then)  # (told once)

@@ -227,3 +227,25 @@ def test_a_one_byte_frame_arriving_alone_is_read_at_once(wait):
     finally:
         reader.close()
         writer.close()
+
+
+def test_a_reader_told_by_its_selector_takes_every_frame_that_arrived_in_one_read():
+    reader, writer = _pair()
+    try:
+        assert reader.recv_ready() == []  # (nothing yet: no wait)
+        writer.send(b"one", -1)
+        writer.send(b"two", -1)
+        poller = select.poll()
+        poller.register(reader.fileno(), select.POLLIN)
+        assert poller.poll(5000)
+        got = reader.recv_ready()
+        while len(got) < 2:  # (the two may come in two segments)
+            assert poller.poll(5000)
+            got += reader.recv_ready()
+        assert got == [b"one", b"two"]
+        writer.close()
+        assert poller.poll(5000)
+        assert reader.recv_ready() == [] and reader.lost
+    finally:
+        reader.close()
+        writer.close()

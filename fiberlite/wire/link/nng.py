@@ -18,7 +18,7 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from .. import auth, dialer, doorman, threads, tls, tls_watch
+from .. import auth, dialer, doorman, tcp, threads, tls, tls_watch
 from ..binding import bind_host
 from ..guard import CallGuard
 from ..nngio import TimedAio, message_of, take_frame
@@ -53,7 +53,8 @@ def _listen_tls(sock: pynng.Pair0, host: str) -> str:
 def _listening(host: str):
     """A plain TCP socket listening for a writer that reaches this process at ``host``,
     and its address (a writer on this machine gets a local link instead)."""
-    return doorman.listen_tcp(host)
+    listening, port = tcp.listen(host, doorman.BACKLOG)
+    return listening, tcp.address(host, port)
 
 
 NNG = "nng+"  # before the address of a link on plain TCP: tcp:// is the TCP flavour's

@@ -230,6 +230,18 @@ class StreamLink(BulkReads, LossCallbacks):
         except (LinkTimeout, LinkCanceled, LinkClosed):
             return None
 
+    def recv_ready(self) -> list:
+        """The frames that have arrived, for a reader whose selector said the socket is
+        readable: one read at once, without looking first ([]: none whole yet, or the
+        peer's end, then :attr:`lost`). The socket will not tell of what it returns again."""
+        self._drained = False
+        frames = []
+        frame = self.recv_nowait()
+        while frame is not None:
+            frames.append(frame)
+            frame = self._buffered()
+        return frames
+
     def _next_size(self) -> int | None:
         """The size of the next frame once its length has arrived (acknowledgements before
         it counted and dropped), else None."""
