@@ -249,3 +249,38 @@ def test_a_reader_told_by_its_selector_takes_every_frame_that_arrived_in_one_rea
     finally:
         reader.close()
         writer.close()
+
+
+@pytest.mark.parametrize("wait", ["for ever", "timeout", "look", "recv_into"])
+def test_an_empty_frame_arriving_alone_is_read_at_once(wait):
+    """A frame of no byte is padded past the low-water mark too (a reply that says only
+    "taken"); read as a stream it adds nothing."""
+    reader, writer = _pair()
+    try:
+        got: list = []
+
+        def read() -> None:
+            if wait == "for ever":
+                got.append(reader.recv(-1))
+            elif wait == "timeout":
+                got.append(reader.recv(10_000))
+            elif wait == "look":
+                select.select([reader.fileno()], [], [], 10)
+                got.append(reader.recv_nowait())
+            else:
+                into = bytearray(2)
+                reader.recv_into(into, -1)
+                got.append(bytes(into))
+        thread = threading.Thread(target=read)
+        thread.start()
+        assert writer.send(b"", -1)
+        if wait == "recv_into":
+            assert writer.send(b"xy", -1)
+        thread.join(5)
+        assert not thread.is_alive()
+        assert got == [b"xy" if wait == "recv_into" else b""]
+        assert writer.send((), -1) and reader.recv(5000) == b""   # no parts: the same
+        assert writer.send(b"after", -1) and reader.recv(5000) == b"after"
+    finally:
+        reader.close()
+        writer.close()

@@ -42,6 +42,12 @@ class BulkReads:
         lost = self.lost
         want, have = view.nbytes, 0
         while have < want:
+            if not self._left and self._pad:  # the padding of a frame of no byte (or of one)
+                while self._end - self._start < self._pad:
+                    self._fill(deadline, lost, self._pad - (self._end - self._start))
+                self._start += self._pad
+                self._pad = 0
+                continue
             if not self._left:  # at a frame's start: its length first
                 size = self._next_size()
                 while size is None:  # (its length only: what follows goes straight to buffer)

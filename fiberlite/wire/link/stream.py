@@ -14,8 +14,8 @@ unless it said it may, and a frame is never cut. One process-wide thread
 
 Acknowledgements travel in line, as one-byte frames (:data:`~.base.ACK`) that a receive
 counts and skips (the local flavour counts them in shared memory). Every other frame of
-one byte carries a byte of padding (:data:`PADDED` in its length), so that an
-acknowledgement alone is the only thing shorter than :data:`QUIET_LOWAT` bytes: a
+one byte or none carries padding up to :data:`QUIET_LOWAT` bytes (:data:`PADDED` in its
+length, :func:`padding`), so that an acknowledgement alone is the only thing shorter: a
 flavour with :attr:`StreamLink.quiet_acks` (TCP) has the kernel wake a receiver waiting
 for a new frame only once that many bytes are there, so an acknowledgement that arrives
 alone wakes nobody and is counted with what follows it. The flavours (:mod:`.local`,
@@ -37,9 +37,15 @@ from .bulk import BulkReads
 from .sockets import SOCKET_BUFFER, Backlog, rest_of, send_blocking, tune, unwatch, watch
 
 HEADER = struct.Struct("<Q")  # each frame: its length, then its bytes
-PADDED = 1 << 63  # in a length: one byte of padding follows the frame (a one-byte frame's)
+PADDED = 1 << 63  # in a length: padding follows the frame (one of one byte or none, see padding)
 _ACK_FRAME = HEADER.pack(1) + ACK  # what an acknowledgement is on the wire: 9 bytes
 QUIET_LOWAT = len(_ACK_FRAME) + 1  # fewer bytes than this: an acknowledgement alone
+
+
+def padding(size: int) -> int:
+    """The bytes of padding after a padded frame of ``size`` bytes (0 or 1): up to
+    :data:`QUIET_LOWAT` on the wire."""
+    return QUIET_LOWAT - HEADER.size - size
 CHUNK = 256 * 1024  # read at most this much at a time; larger frames get a buffer of their own
 CANCEL_CHECK_US = 20_000  # a receive blocked for ever looks at cancel() this often
 _POLL_IN = select.POLLIN | select.POLLPRI
@@ -104,11 +110,11 @@ class StreamLink(BulkReads, LossCallbacks):
         if sock is None or self.lost:
             return False
         sent = 0
-        if type(frame) is tuple and sum(memoryview(p).nbytes for p in frame) == 1:
+        if type(frame) is tuple and sum(memoryview(p).nbytes for p in frame) <= 1:
             frame = b"".join(frame)
         if self._backlog is None and type(frame) is bytes and len(frame) < CHUNK:
-            # one small frame: one copy, one call (a one-byte frame: see _wire)
-            data = HEADER.pack(len(frame)) + frame if len(frame) != 1 else \
+            # one small frame: one copy, one call (a frame of one byte or none: see _wire)
+            data = HEADER.pack(len(frame)) + frame if len(frame) > 1 else \
                 _ACK_FRAME if frame is ACK else _wire(frame)
             try:
                 sent = sock.send(data, _DONTWAIT)
@@ -252,8 +258,8 @@ class StreamLink(BulkReads, LossCallbacks):
                 break  # an acknowledgement (any other one-byte frame is padded)
             if size != 1 or not self.acks_in_line:
                 self._start = start
-                self._pad = 1 if size & PADDED else 0
-                return size & ~PADDED
+                size, self._pad = (size & ~PADDED, padding(size & ~PADDED)) if size & PADDED else (size, 0)
+                return size
             self._acks += 1
             start += 9
         if start == end:
@@ -273,7 +279,8 @@ class StreamLink(BulkReads, LossCallbacks):
                 return None
             start, pad = self._start, self._pad
         elif size & PADDED:
-            size, pad = size & ~PADDED, 1
+            size &= ~PADDED
+            pad = padding(size)
         else:
             pad = 0
         stop = start + 8 + size
@@ -316,7 +323,7 @@ class StreamLink(BulkReads, LossCallbacks):
         room = min(CHUNK - end, most)
         into = self._view[end:end + room]
         if self.quiet_acks:  # waiting for a new frame: quiet; for the rest of one: any byte
-            lowat = QUIET_LOWAT if self._start == end and not self._left else 1
+            lowat = QUIET_LOWAT if self._start == end and not self._left and not self._pad else 1
             if lowat != self._lowat:
                 self._set_lowat(sock, lowat)
         if self._drained and deadline is None:  # wait for ever: one blocking call, no poll
@@ -471,8 +478,8 @@ class StreamLink(BulkReads, LossCallbacks):
 
 
 def _wire(frame: bytes) -> bytes:
-    """A small frame as it goes on the wire: its length, its bytes (and a one-byte frame
-    other than an acknowledgement padded to two, see :data:`PADDED`)."""
-    if len(frame) == 1 and frame != ACK:
-        return HEADER.pack(1 | PADDED) + frame + b"\0"
+    """A small frame as it goes on the wire: its length, its bytes (and a frame of one
+    byte or none, but an acknowledgement, padded: see :data:`PADDED`)."""
+    if len(frame) <= 1 and frame != ACK:
+        return HEADER.pack(len(frame) | PADDED) + frame + bytes(padding(len(frame)))
     return HEADER.pack(len(frame)) + frame
