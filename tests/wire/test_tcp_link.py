@@ -195,10 +195,12 @@ def test_an_acknowledgement_alone_wakes_no_receive_and_is_counted_with_the_next_
         writer.close()
 
 
+@pytest.mark.parametrize("frame", [b"a", b""], ids=["one byte", "empty"])
 @pytest.mark.parametrize("wait", ["for ever", "timeout", "look", "recv_into"])
-def test_a_one_byte_frame_arriving_alone_is_read_at_once(wait):
-    """Short frames are padded past the low-water mark that keeps acknowledgements quiet:
-    none waits for the next frame or a timeout."""
+def test_a_short_frame_arriving_alone_is_read_at_once(wait, frame):
+    """Frames of one byte or none are padded past the low-water mark that keeps
+    acknowledgements quiet: none waits for the next frame or a timeout (read as a
+    stream, an empty one adds nothing)."""
     reader, writer = _pair()
     try:
         got: list = []
@@ -217,12 +219,14 @@ def test_a_one_byte_frame_arriving_alone_is_read_at_once(wait):
                 got.append(bytes(into))
         thread = threading.Thread(target=read)
         thread.start()
-        assert writer.send(b"a", -1)   # alone: 9 bytes unpadded, below the low-water mark
+        assert writer.send(frame, -1)   # alone: 8 or 9 bytes unpadded, below the low-water mark
+        rest = (b"b",) if frame else (b"x", b"y")
         if wait == "recv_into":
-            assert writer.send((b"b",), -1)   # a frame of parts, one byte in all
+            assert writer.send(rest, -1)   # a frame of parts
         thread.join(5)   # within the receive's own wait (10 s) or the socket's timeout
         assert not thread.is_alive()
-        assert got == [b"ab" if wait == "recv_into" else b"a"]
+        assert got == [frame + b"".join(rest) if wait == "recv_into" else frame]
+        assert writer.send((frame,), -1) and reader.recv(5000) == frame   # as parts: the same
         assert writer.send(b"after", -1) and reader.recv(5000) == b"after"
     finally:
         reader.close()
@@ -250,37 +254,3 @@ def test_a_reader_told_by_its_selector_takes_every_frame_that_arrived_in_one_rea
         reader.close()
         writer.close()
 
-
-@pytest.mark.parametrize("wait", ["for ever", "timeout", "look", "recv_into"])
-def test_an_empty_frame_arriving_alone_is_read_at_once(wait):
-    """A frame of no byte is padded past the low-water mark too (a reply that says only
-    "taken"); read as a stream it adds nothing."""
-    reader, writer = _pair()
-    try:
-        got: list = []
-
-        def read() -> None:
-            if wait == "for ever":
-                got.append(reader.recv(-1))
-            elif wait == "timeout":
-                got.append(reader.recv(10_000))
-            elif wait == "look":
-                select.select([reader.fileno()], [], [], 10)
-                got.append(reader.recv_nowait())
-            else:
-                into = bytearray(2)
-                reader.recv_into(into, -1)
-                got.append(bytes(into))
-        thread = threading.Thread(target=read)
-        thread.start()
-        assert writer.send(b"", -1)
-        if wait == "recv_into":
-            assert writer.send(b"xy", -1)
-        thread.join(5)
-        assert not thread.is_alive()
-        assert got == [b"xy" if wait == "recv_into" else b""]
-        assert writer.send((), -1) and reader.recv(5000) == b""   # no parts: the same
-        assert writer.send(b"after", -1) and reader.recv(5000) == b"after"
-    finally:
-        reader.close()
-        writer.close()
