@@ -101,7 +101,10 @@ POOL = COMMON + textwrap.dedent("""
         docker("unpause", victim)
         resumed = time.time()
         exited = subprocess.run(["docker", "wait", victim], capture_output=True, text=True, timeout=30)
-        report("fenced_exit", lost=lost, exit=exited.stdout.strip())
+        # a container that ended and was removed before the wait began has ended too
+        gone = "No such container" in exited.stderr
+        report("fenced_exit", lost=lost, exit=exited.stdout.strip() or ("removed" if gone else ""),
+               wait_error=exited.stderr.strip())
         return resumed
 
     if __name__ == "__main__":
@@ -238,7 +241,7 @@ def test_a_worker_paused_for_less_than_the_timeout_is_kept(pool_run):
 
 def test_a_worker_paused_past_the_timeout_is_fenced_when_it_comes_back(pool_run):
     exit_ = pool_run["fenced_exit"]
-    assert exit_["lost"] and exit_["exit"] != ""   # it ended by itself once unpaused
+    assert exit_["lost"] and exit_["exit"] != "", exit_   # it ended by itself once unpaused
     fenced = pool_run["fenced"]
     assert fenced["exact"] and len(fenced["given_up"]) == 1 and not fenced["victim_running"], pool_run
     assert fenced["victim_results_after"] == 0   # nothing it did after coming back counts
