@@ -37,6 +37,7 @@ import stat
 import sys
 import sysconfig
 import tarfile
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -131,8 +132,21 @@ def system_dir(path: str) -> bool:
     return any(_inside(path, d) for d in _SYSTEM)
 
 
+_python_dirs_lock = threading.Lock()  # sysconfig fills its caches unlocked: one thread at a time
+_python_dirs_found: list[str] | None = None
+
+
 def _python_dirs() -> list[str]:
-    """Directories of the Python installation: the interpreter, its library, installed packages."""
+    """Directories of the Python installation: the interpreter, its library, installed
+    packages (found once: jobs may be made from several threads at the same time)."""
+    global _python_dirs_found
+    with _python_dirs_lock:
+        if _python_dirs_found is None:
+            _python_dirs_found = _find_python_dirs()
+        return list(_python_dirs_found)
+
+
+def _find_python_dirs() -> list[str]:
     dirs: set[str] = {os.path.dirname(sys.executable)}
     for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
         if prefix and not system_dir(prefix) and prefix != "/usr/local":
