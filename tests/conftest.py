@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -152,7 +153,8 @@ def pytest_sessionfinish(session):
         leg.stop()
 
 
-_CPU_BY_FILE: dict[str, float] = {}  # test file -> CPU seconds of its tests and the jobs they reaped
+_COST_BY_FILE: dict[str, list[float]] = {}  # test file -> [CPU seconds of its tests and the
+# jobs they reaped, wall seconds]
 
 
 def _cpu_seconds() -> float:
@@ -167,15 +169,17 @@ def pytest_runtest_protocol(item, nextitem):
 
     def own_cpu() -> float:  # without the runs beside the suite that a test reaped
         return _cpu_seconds() - sum(cpu for _, cpu in side_run.COSTS.values())
-    start = own_cpu()
+    start, began = own_cpu(), time.monotonic()
     yield
-    path = item.nodeid.split("::", 1)[0]
-    _CPU_BY_FILE[path] = _CPU_BY_FILE.get(path, 0.0) + own_cpu() - start
+    cost = _COST_BY_FILE.setdefault(item.nodeid.split("::", 1)[0], [0.0, 0.0])
+    cost[0] += own_cpu() - start
+    cost[1] += time.monotonic() - began
 
 
 def pytest_terminal_summary(terminalreporter):
     """Where a whole run's CPU went: this pytest with the jobs it waited for, and each run
-    beside it (wall seconds since its start, CPU seconds); the test files that used most."""
+    beside it (its wall seconds, CPU seconds); the test files that used most CPU, and
+    those that took longest (a file that takes far longer than its CPU waits)."""
     import resource
 
     import side_run
@@ -187,8 +191,12 @@ def pytest_terminal_summary(terminalreporter):
     main = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - beside
     lines = [f"this pytest and its jobs: {main:.0f} CPU-s"]
     lines += [f"{name}: {wall:.0f} s, {cpu:.0f} CPU-s" for name, (wall, cpu) in sorted(side_run.COSTS.items())]
-    heaviest = sorted(_CPU_BY_FILE.items(), key=lambda kv: -kv[1])[:20]
-    lines += [f"  {cpu:6.1f} CPU-s  {path}" for path, cpu in heaviest]
+    lines += ["the files that used most CPU (CPU-s, wall s):"]
+    lines += [f"  {cpu:6.1f} {wall:6.1f}  {path}"
+              for path, (cpu, wall) in sorted(_COST_BY_FILE.items(), key=lambda kv: -kv[1][0])[:20]]
+    lines += ["the files that waited most (wall s less CPU-s):"]
+    lines += [f"  {wall - cpu:6.1f}  {path}"
+              for path, (cpu, wall) in sorted(_COST_BY_FILE.items(), key=lambda kv: kv[1][0] - kv[1][1])[:15]]
     terminalreporter.write_sep("-", "CPU of the run")
     for line in lines:
         terminalreporter.write_line(line)

@@ -22,6 +22,8 @@ from fiberlite.errors import AuthenticationError
 from fiberlite.runtime.hub import get_hub
 from fiberlite.wire import link as links
 from fiberlite.wire.link import local as local_link
+from fiberlite.wire.link import nng as nng_link
+from fiberlite.wire.link import tcp as tcp_link
 from fiberlite.wire.link.local import SCHEME as LOCAL, available
 from fiberlite.wire.link.nng import NngLink
 from fiberlite.wire.tls import host_port
@@ -281,12 +283,15 @@ def test_an_end_held_by_another_job_is_not_linked():
 @pytest.fixture(params=["local", "tcp"])
 def transport(request, monkeypatch):
     """Links between jobs of one machine are Unix sockets, the others TCP. A Unix
-    socket's listener waits for a peer that proves the key until its handshake time is up
-    (shortened here: the tests wait for that end)."""
+    socket's or a TCP link's listener waits for a peer that proves the key until its
+    handshake time is up (shortened here: the tests wait for that end)."""
     if request.param == "local":
         if not available():
             pytest.skip("local links are Linux's")
         monkeypatch.setattr(local_link, "HANDSHAKE_TIMEOUT", 1.0)
+    else:
+        monkeypatch.setattr(tcp_link, "HANDSHAKE_TIMEOUT", 1.0)
+        monkeypatch.setattr(nng_link, "HANDSHAKE_TIMEOUT_MS", 1000)
     return request.param
 
 

@@ -41,30 +41,38 @@ def launch(command: list[str], env: dict[str, str], folder: str, log_name: str) 
     return SideRun(process, output_path, folder)
 
 
-_STARTS: dict[int, float] = {}  # pid -> when it started (time.monotonic)
+_REAPED: dict[int, tuple[float, float, int]] = {}  # pid -> (wall seconds, CPU seconds, exit code)
+_REAPERS: dict[int, threading.Thread] = {}
 COSTS: dict[str, tuple[float, float]] = {}  # name -> (wall seconds, CPU seconds with its waited children)
 
 
 def started(process: subprocess.Popen) -> None:
-    """Note that ``process`` (a side run) starts now."""
-    _STARTS[process.pid] = time.monotonic()
+    """Note that ``process`` (a side run) starts now: a thread reaps it as soon as it
+    ends, so that its wall time is its own (not until someone waited for it) and its CPU
+    time (and its children's that it waited for) is known."""
+    start = time.monotonic()
+
+    def reap() -> None:
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except ChildProcessError:  # its Popen reaped it (killed as the session ends)
+            return
+        code = os.waitstatus_to_exitcode(status)
+        process.returncode = code  # the Popen knows it ended: no later wait or kill of the pid
+        _REAPED[process.pid] = (time.monotonic() - start, usage.ru_utime + usage.ru_stime, code)
+    reaper = threading.Thread(target=reap, daemon=True, name=f"reap-{process.pid}")
+    _REAPERS[process.pid] = reaper
+    reaper.start()
 
 
 def wait_for(process: subprocess.Popen, seconds: float, name: str) -> bool:
     """Wait up to ``seconds`` for ``process`` to end: whether it did (if not, it is
-    killed). It is reaped here, so that its CPU time (and its children's that it waited
-    for) goes to :data:`COSTS` under ``name``."""
-    reaped: list = []
-    waiter = threading.Thread(target=lambda: reaped.append(os.wait4(process.pid, 0)), daemon=True,
-                              name=f"wait-{name}")
-    waiter.start()
-    waiter.join(seconds)
-    if not reaped:
+    killed). What it cost goes to :data:`COSTS` under ``name``."""
+    _REAPERS[process.pid].join(seconds)
+    if process.pid not in _REAPED:
         process.kill()
-        process.wait()
+        _REAPERS[process.pid].join()
         return False
-    _, status, usage = reaped[0]
-    process.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - _STARTS.get(process.pid, time.monotonic())
-    COSTS[name] = (wall, usage.ru_utime + usage.ru_stime)
+    wall, cpu, process.returncode = _REAPED[process.pid]
+    COSTS[name] = (wall, cpu)
     return True
