@@ -75,9 +75,9 @@ def without_lanes(monkeypatch):
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they do
 def pytest_collection_modifyitems(config, items):
-    """A whole run (one that selects the side leg's test) leaves the cluster tests and the
-    benchmark scripts' runs to the side leg (:mod:`side_leg`), which runs them beside it;
-    the tests that collect what ran beside the suite run last."""
+    """A whole run (one that selects the legs' tests) leaves the cluster tests, the
+    benchmark scripts' runs and a share of its own files to the legs (:mod:`side_leg`),
+    which run beside it; the tests that collect what ran beside the suite run last."""
     import side_leg
     if config.option.collectonly:
         return
@@ -86,13 +86,20 @@ def pytest_collection_modifyitems(config, items):
         return
     # the tests that wait for what runs beside the suite come last, when it is done
     items.sort(key=lambda item: item.nodeid.startswith(WAITING_FOR_RUNS_BESIDE))  # (stable)
-    if not any(item.nodeid == side_leg.COLLECTOR for item in items):
+    if not any(item.nodeid.startswith(side_leg.COLLECTOR) for item in items):
         return
-    leg = [item for item in items if side_leg.belongs(item)]
-    if leg:
-        config.hook.pytest_deselected(items=leg)
-        items[:] = [item for item in items if not side_leg.belongs(item)]
-        config._side_leg_ids = [item.nodeid for item in leg]
+    legs: dict[str, list[str]] = {}
+    kept = []
+    for item in items:
+        name = side_leg.leg_of(item)
+        if name is None:
+            kept.append(item)
+        else:
+            legs.setdefault(name, []).append(item.nodeid)
+    if legs:
+        config.hook.pytest_deselected(items=[item for item in items if side_leg.leg_of(item)])
+        items[:] = kept
+        config._leg_ids = legs
 
 
 WAITING_FOR_RUNS_BESIDE = ("tests/test_side_leg.py::", "tests/test_python_versions.py::",
@@ -115,10 +122,9 @@ def pytest_collection_finish(session):
            for item in session.items):
         import portable_leg
         portable_leg.start()
-    ids = getattr(session.config, "_side_leg_ids", None)
-    if ids:
-        import side_leg
-        side_leg.start(ids)
+    import side_leg
+    for name, ids in getattr(session.config, "_leg_ids", {}).items():
+        side_leg.start(name, ids)
     _start_docker_setup(session)
 
 
@@ -142,9 +148,8 @@ def pytest_sessionfinish(session):
     import portable_leg
     import python_versions
     import side_leg
-    side = side_leg.started()
-    if side is not None:
-        side.stop()
+    for leg in side_leg.all_started():
+        leg.stop()
     subsets = python_versions.started()
     if subsets is not None:
         subsets.stop()
@@ -167,8 +172,8 @@ def _cpu_seconds() -> float:
 def pytest_runtest_protocol(item, nextitem):
     import side_run
 
-    def own_cpu() -> float:  # without the runs beside the suite that a test reaped
-        return _cpu_seconds() - sum(cpu for _, cpu in side_run.COSTS.values())
+    def own_cpu() -> float:  # without the runs beside the suite (reaped at any moment)
+        return _cpu_seconds() - side_run.reaped_cpu()
     start, began = own_cpu(), time.monotonic()
     yield
     cost = _COST_BY_FILE.setdefault(item.nodeid.split("::", 1)[0], [0.0, 0.0])
@@ -187,7 +192,7 @@ def pytest_terminal_summary(terminalreporter):
         return
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    beside = sum(cpu for _, cpu in side_run.COSTS.values())
+    beside = side_run.reaped_cpu()
     main = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime - beside
     lines = [f"this pytest and its jobs: {main:.0f} CPU-s"]
     lines += [f"{name}: {wall:.0f} s, {cpu:.0f} CPU-s" for name, (wall, cpu) in sorted(side_run.COSTS.items())]

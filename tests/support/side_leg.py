@@ -1,14 +1,17 @@
-"""The side leg: the tests that wait on clusters (Docker containers, pods of the
-Kubernetes double, Slurm jobs) and the benchmark scripts' quick runs, in a pytest of
-their own beside the rest of the suite.
+"""The legs of a whole run: parts of the suite in pytests of their own, beside the rest.
 
-Those tests spend most of their time waiting for an engine, a scheduler or a script,
-not on this machine's CPUs, so the whole suite ends sooner when they run beside
-the rest. In the leg, the tests that need the project's image run last, while the
-image builds. When a run selects them together with ``tests/test_side_leg.py``, ``conftest.py``
-takes them out of it (:func:`belongs`) and :func:`start` launches them, with their
-output in a file; ``tests/test_side_leg.py`` waits for the leg and checks that every one
-of them passed or was skipped by its own condition. A run of those files alone
+- ``side``: the tests that wait on clusters (Docker containers, pods of the Kubernetes
+  double, Slurm jobs) and the benchmark scripts' quick runs. They spend most of their
+  time waiting for an engine, a scheduler or a script, not on this machine's CPUs. In
+  the leg, the tests that need the project's image run last, while the image builds.
+- ``share``: a share of the suite's own files (:data:`SHARE_FILES`), chosen among those
+  that wait most (for jobs to start, die, time out) so that the two pytests keep the
+  machine's CPUs busy between them.
+
+When a run selects them together with ``tests/test_side_leg.py``, ``conftest.py`` takes
+them out of it (:func:`leg_of`) and :func:`start` launches each leg, with its output in a
+file; ``tests/test_side_leg.py`` waits for each leg and checks that every test sent
+there passed or was skipped by its own condition. A run of those files alone
 (``pytest tests/backends``) runs them in its own pytest, as any other test.
 """
 from __future__ import annotations
@@ -20,18 +23,33 @@ from dataclasses import dataclass, field
 
 from side_run import SideRun, launch
 
-ENV = "FIBERLITE_TEST_SIDE_LEG"  # set in the leg's own pytest: it does not split again
+ENV = "FIBERLITE_TEST_SIDE_LEG"  # the leg's name, in a leg's own pytest: it does not split again
 MARKERS = ("docker", "kubernetes", "slurm")
-FILES = ("tests/test_benchmarks_smoke.py",)  # the benchmark scripts' runs
+BENCHMARK_FILES = ("tests/test_benchmarks_smoke.py",)  # the benchmark scripts' runs
+SHARE_FILES = (  # about 300 s of the suite's 760, more than half of it waiting
+    "tests/cli/test_cli.py",
+    "tests/test_cpython_conformance.py",
+    "tests/ring/test_ring.py",
+    "tests/dashboard/test_dashboard_api.py",
+    "tests/dashboard/test_dashboard_browser.py",
+    "tests/runtime/test_link_faults.py",
+    "tests/pool/test_pool_faults.py",
+    "tests/pool/test_pool_hosts.py",
+)
+LEGS = ("side", "share")
 CONTAINERS = ("docker", "kubernetes")  # in the leg, these come last: the image builds meanwhile
-COLLECTOR = "tests/test_side_leg.py::test_the_side_leg_passes"
-RUN_SECONDS = 1200  # what the leg may take, from its start (it takes about 7 minutes)
+COLLECTOR = "tests/test_side_leg.py::test_the_leg_passes"  # one per leg: [side], [share]
+RUN_SECONDS = 1200  # what a leg may take, from its start (each takes about 7 minutes)
 
 
-def belongs(item) -> bool:
-    """Whether a test runs in the side leg of a whole run."""
-    return (any(item.get_closest_marker(name) for name in MARKERS)
-            or item.nodeid.split("::", 1)[0] in FILES)
+def leg_of(item) -> str | None:
+    """The leg a test runs in, in a whole run (None: the suite's own pytest)."""
+    path = item.nodeid.split("::", 1)[0]
+    if any(item.get_closest_marker(name) for name in MARKERS) or path in BENCHMARK_FILES:
+        return "side"
+    if path in SHARE_FILES:
+        return "share"
+    return None
 
 
 def needs_image(item) -> bool:
@@ -40,35 +58,38 @@ def needs_image(item) -> bool:
 
 
 def in_leg() -> bool:
-    """Whether this pytest is the side leg itself."""
-    return os.environ.get(ENV) == "1"
+    """Whether this pytest is a leg itself."""
+    return bool(os.environ.get(ENV))
 
 
 @dataclass
 class Leg(SideRun):
-    """The leg's run and the test ids it was given."""
+    """A leg's run and the test ids it was given."""
     ids: list[str] = field(default_factory=list)
 
 
-_started: Leg | None = None
+_started: dict[str, Leg] = {}
 
 
-def start(ids: list[str]) -> Leg:
-    """Start the leg on the tests ``ids`` (once per session)."""
-    global _started
-    if _started is None:
-        folder = tempfile.mkdtemp(prefix="fiberlite-side-leg-")
+def start(name: str, ids: list[str]) -> Leg:
+    """Start the leg ``name`` on the tests ``ids`` (once per session)."""
+    if name not in _started:
+        folder = tempfile.mkdtemp(prefix=f"fiberlite-{name}-leg-")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("PYTEST_") or k == "PYTEST_ADDOPTS"}
-        env[ENV] = "1"
+        env[ENV] = name
         args_path = os.path.join(folder, "tests.txt")
         with open(args_path, "w") as args:  # pytest reads its arguments from a file: @path
             args.write("\n".join(ids) + "\n")
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"@{args_path}"]
-        run = launch(command, env, folder, "side_leg.log")
-        _started = Leg(run.process, run.output_path, run.folder, list(ids))
-    return _started
+        run = launch(command, env, folder, f"{name}_leg.log")
+        _started[name] = Leg(run.process, run.output_path, run.folder, list(ids))
+    return _started[name]
 
 
-def started() -> Leg | None:
-    return _started
+def started(name: str) -> Leg | None:
+    return _started.get(name)
+
+
+def all_started() -> list[Leg]:
+    return list(_started.values())

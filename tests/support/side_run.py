@@ -65,6 +65,12 @@ def started(process: subprocess.Popen) -> None:
     reaper.start()
 
 
+def reaped_cpu() -> float:
+    """The CPU seconds of the side runs reaped so far (with their waited children): this
+    process's children's CPU time includes them from the moment each is reaped."""
+    return sum(cpu for _, cpu, _ in list(_REAPED.values()))
+
+
 def wait_for(process: subprocess.Popen, seconds: float, name: str) -> bool:
     """Wait up to ``seconds`` for ``process`` to end: whether it did (if not, it is
     killed). What it cost goes to :data:`COSTS` under ``name``."""
