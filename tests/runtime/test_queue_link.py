@@ -143,13 +143,14 @@ def test_a_linked_consumer_times_out_and_keeps_going():
 
 
 def test_joinable_queue_counts_what_its_link_carries():
-    q = fiberlite.JoinableQueue()
-    p = fiberlite.Process(target=link_jobs.work_and_mark_done, args=(q, 200))
+    q, leave = fiberlite.JoinableQueue(), fiberlite.Event()
+    p = fiberlite.Process(target=link_jobs.work_and_mark_done, args=(q, 200, leave))
     p.start()
     for i in range(200):
         q.put(i)
     q.join()  # returns once the job marked every item done, linked or not
-    assert _links(q) == {"get": forwarder.LINKED}
+    assert _links(q) == {"get": forwarder.LINKED}  # (a job that leaves takes its link down)
+    leave.set()
     p.join()
 
 

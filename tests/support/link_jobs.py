@@ -163,10 +163,13 @@ def get_with_timeouts(q, count: int, out) -> None:
     out.put(q.get(timeout=60))
 
 
-def work_and_mark_done(q, count: int) -> None:
+def work_and_mark_done(q, count: int, leave) -> None:
+    """Get and mark done ``count`` items, then stay (and keep the queue's link) until
+    ``leave`` is set."""
     for _ in range(count):
         q.get(timeout=60)
         q.task_done()
+    leave.wait(60)
 
 
 # -- readers killed mid-stream -------------------------------------------------------------
