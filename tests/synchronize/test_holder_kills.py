@@ -21,16 +21,18 @@ ROUNDS = int(os.environ.get("FIBERLITE_KILL_ROUNDS", "12"))
 WAIT = 30
 
 
-def count_under_lock(lock, counter, mine, index, started):
+def count_under_lock(lock, counter, mine, index, started, go):
     started.set()
+    go.wait()
     while True:
         with lock:
             counter.value += 1
             mine[index] += 1
 
 
-def count_under_semaphore(sem, guard, counter, mine, index, started):
+def count_under_semaphore(sem, guard, counter, mine, index, started, go):
     started.set()
+    go.wait()
     while True:
         with sem:
             with guard:  # (the semaphore lets two in at once: the counter has a lock of its own)
@@ -38,31 +40,31 @@ def count_under_semaphore(sem, guard, counter, mine, index, started):
                 mine[index] += 1
 
 
-def _kill_one_of(jobs: list, after: float) -> None:
-    time.sleep(after)  # a random moment of the work, not a synchronisation
-    victim = random.choice(jobs)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.join(WAIT)
-    assert victim.exitcode == -signal.SIGKILL
-    jobs.remove(victim)
-
-
 def _run(target, args_of, jobs_per_round: int, kills: int) -> int:
-    """Start jobs, kill ``kills`` of them at random moments (a new one each time), stop the
-    rest; the number of kills made."""
-    jobs: list = []
-    index = 0
-    for kill in range(kills + 1):
-        while len(jobs) < jobs_per_round:
-            started = fiberlite.Event()
-            job = fiberlite.Process(target=target, args=args_of(index, started), daemon=True)
-            job.start()
-            assert started.wait(WAIT)
-            jobs.append(job)
-            index += 1
-        if kill < kills:
-            _kill_one_of(jobs, random.uniform(0.0, 0.05))
-    for job in jobs:
+    """Start every job at once, each waiting for its go; let ``jobs_per_round`` of them
+    work, then ``kills`` times kill one of those at work at a random moment and let a
+    waiting one work in its place; stop the rest. The number of kills made. (The jobs
+    that wait sleep: none spends the machine's CPUs while the others start.)"""
+    jobs = []
+    for index in range(jobs_per_round + kills):
+        started, go = fiberlite.Event(), fiberlite.Event()
+        job = fiberlite.Process(target=target, args=args_of(index, started, go), daemon=True)
+        job.start()
+        jobs.append((job, started, go))
+    for _, started, _ in jobs:
+        assert started.wait(WAIT)
+    at_work = []
+    for job, _, go in jobs:
+        go.set()
+        at_work.append(job)
+        if len(at_work) > jobs_per_round:
+            time.sleep(random.uniform(0.0, 0.05))  # a random moment of the work, not a synchronisation
+            victim = random.choice(at_work)
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(WAIT)
+            assert victim.exitcode == -signal.SIGKILL
+            at_work.remove(victim)
+    for job, _, _ in jobs:
         job.kill()
         job.join(WAIT)
     return kills
@@ -72,7 +74,7 @@ def test_lock_holders_killed_at_random_never_leave_it_held(machine_path):
     lock = fiberlite.Lock()
     counter = fiberlite.Value("q", 0, lock=False)
     mine = fiberlite.Array("q", 64, lock=False)
-    kills = _run(count_under_lock, lambda i, started: (lock, counter, mine, i, started), 2, ROUNDS)
+    kills = _run(count_under_lock, lambda i, started, go: (lock, counter, mine, i, started, go), 2, ROUNDS)
     assert lock.acquire(timeout=WAIT), "a killed job's lock was not given back"
     try:
         total, counted = counter.value, sum(mine[:])
@@ -87,7 +89,7 @@ def test_semaphore_units_of_killed_jobs_come_back(machine_path):
     sem, guard = fiberlite.BoundedSemaphore(2), fiberlite.Lock()
     counter = fiberlite.Value("q", 0, lock=False)
     mine = fiberlite.Array("q", 64, lock=False)
-    _run(count_under_semaphore, lambda i, started: (sem, guard, counter, mine, i, started), 3, ROUNDS)
+    _run(count_under_semaphore, lambda i, started, go: (sem, guard, counter, mine, i, started, go), 3, ROUNDS)
     eventually(lambda: sem.get_value() == 2, WAIT,  # (recovery runs as each job's end is heard)
                lambda: f"units of killed jobs given back: the value is {sem.get_value()}, not 2")
     assert sem.acquire(False) and sem.acquire(False) and not sem.acquire(False)
