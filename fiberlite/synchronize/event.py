@@ -14,7 +14,7 @@ from ..runtime.hub import current_hub
 from ..runtime.shm import sync
 from ..runtime.shm.arena import Block
 from ..runtime.shm.remote import NOT_YET
-from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
+from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call, remote_post
 
 __all__ = ["Event"]
 
@@ -138,13 +138,13 @@ class Event(SharedPrimitive):
             if self._waiting:
                 self._servant.answer_waits()
         else:
-            remote_call(self._ref, "set")
+            remote_post(self._ref, "set")
 
     def clear(self) -> None:
         if self._local:
             self._words[0] = 0
         else:
-            remote_call(self._ref, "clear")
+            remote_post(self._ref, "clear")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the flag is set (or ``timeout``); return the flag."""

@@ -168,6 +168,13 @@ def remote_call(ref: ObjectRef, method: str, *args: Any) -> Any:
     return direct.call(ref, method, *args)
 
 
+def remote_post(ref: ObjectRef, method: str, *args: Any) -> None:
+    """A call of a remote primitive's servant whose answer says nothing: one-way where
+    direct calls are offered (:func:`fiberlite.runtime.direct.post`: whatever this process
+    does next with that hub, or sends anywhere, comes after it)."""
+    direct.post(ref, method, *args)
+
+
 def caller() -> tuple[int, int]:
     """``(pid, tid)`` of the calling thread, as a remote primitive's servant names it."""
     return os.getpid(), get_ident()
@@ -190,5 +197,5 @@ def owner_name(mine: bool, owner: int, my_token: int) -> str:
     return "SomeOtherProcess"
 
 
-__all__ = ["BlockServant", "SharedPrimitive", "NotOwnedError", "blocking_call", "remote_call", "caller",
+__all__ = ["BlockServant", "SharedPrimitive", "NotOwnedError", "blocking_call", "remote_call", "remote_post", "caller",
            "owner_name", "LOCAL_PEER"]
