@@ -70,20 +70,27 @@ class _Channel:
         try:
             conn = self.take()
         except (OSError, ConnectionError):
-            oneway.paid(self)
+            self._give_up(after)
             return
         try:
             self.resend_doubtful(conn)
             conn.call(None, after)
         except (OSError, ValueError):
             self.discard(conn)
-            oneway.paid(self)
+            self._give_up(after)
             return
         except BaseException:
             self.discard(conn)
             raise
         self.give_back(conn)
         self.answered(after)
+
+    def _give_up(self, after: int) -> None:
+        """Settling failed (the hub is going, and recovers what this process held there):
+        owe nothing more for the calls up to ``after``."""
+        with self.posting:
+            if self.posted == after:
+                oneway.paid(self)
 
     def resend_doubtful(self, conn: DirectConnection) -> None:
         """Send again the one-way calls whose send was interrupted (the hub drops those
