@@ -26,6 +26,15 @@ from ..runtime.shm.remote import NOT_YET, Waits, remote_users
 
 NotOwnedError = sync.NotOwnedError
 _tickets = itertools.count(1)  # tells apart the blocking calls of one thread (to withdraw one)
+_pid = os.getpid()  # (a system call each time otherwise: asked again in a forked child)
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class BlockServant(Servant):
@@ -157,7 +166,7 @@ def blocking_call(ref: ObjectRef, method: str, *args: Any, undo_grant: bool = Fa
     appended. An interrupted caller (KeyboardInterrupt...) withdraws it with the
     servant's ``interrupted`` operation (``cancel``, with ``undo_grant``: what was granted
     and not seen yet is given back), so that nothing is granted to nobody."""
-    pid, tid, ticket = os.getpid(), get_ident(), next(_tickets)
+    pid, tid, ticket = _pid, get_ident(), next(_tickets)
     extra = (undo_grant,) if interrupted == "cancel" else ()
     return direct.call(ref, method, *args, pid, tid, ticket, interruptible=True,
                        interrupted=(interrupted, pid, tid, ticket, *extra))
@@ -177,7 +186,7 @@ def remote_post(ref: ObjectRef, method: str, *args: Any) -> None:
 
 def caller() -> tuple[int, int]:
     """``(pid, tid)`` of the calling thread, as a remote primitive's servant names it."""
-    return os.getpid(), get_ident()
+    return _pid, get_ident()
 
 
 def owner_name(mine: bool, owner: int, my_token: int) -> str:
