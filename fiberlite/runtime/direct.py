@@ -10,6 +10,12 @@ connection to the same hub, so the servant sees one caller whichever path a call
 Order: requests on one connection are handled in the order they were sent. Before a
 direct call, the one-way requests this process sent to that hub over nng (a queue's
 puts) are waited for, so that what was sent before the call is seen before it.
+
+One-way calls (:func:`post`: an event's ``set`` and ``clear``, a release that carries
+its object back) are written and not waited for: every later call of this process to
+the same hub, on any of its connections, is handled after them (the hub keeps it back
+until then, :mod:`fiberlite.wire.direct`), and what this process sends anywhere else
+waits until they are handled (:mod:`fiberlite.wire.oneway`), as does its exit.
 """
 from __future__ import annotations
 
@@ -18,10 +24,10 @@ import os
 import threading
 from typing import Any
 
-from . import identity
+from . import exit_order, identity
 from .dialed import connect
 from .hub import DIRECT, ObjectRef, current_hub
-from ..wire import tls
+from ..wire import oneway, tls
 from ..wire.client import Client
 from ..wire.direct import DirectConnection
 
@@ -30,16 +36,70 @@ UNAVAILABLE = "unavailable"
 
 class _Channel:
     """The direct connections of this process to one hub: an idle one per thread that
-    called, reused by any."""
+    called, reused by any; and the count of its one-way calls, sent (``posted``) and
+    known to be handled (``handled``)."""
 
     def __init__(self, client: Client, address: str, ticket: bytes) -> None:
         self.client = client
         self.address = address
         self.ticket = ticket
         self.alive = True
+        self.posted = 0
+        self.handled = 0
+        self.doubtful: list[tuple[int, Any]] = []  # one-way calls that may not have gone
         self._idle: collections.deque[DirectConnection] = collections.deque()
         self._all: set[DirectConnection] = set()
         self._lock = threading.Lock()
+        self.posting = threading.Lock()  # one-way calls are numbered in the order they go
+
+    def answered(self, after: int) -> None:
+        """A call made after the one-way call ``after`` was answered: that one and those
+        before it are handled."""
+        with self.posting:
+            if after > self.handled:
+                self.handled = after
+            if self.handled >= self.posted:
+                oneway.paid(self)
+
+    def settle(self) -> None:
+        """Return once every one-way call sent so far is handled (a call that waits for
+        its turn); on a connection that fails, give up: the hub has recovered them."""
+        after = self.posted
+        if self.handled >= after:
+            return
+        try:
+            conn = self.take()
+        except (OSError, ConnectionError):
+            self._give_up(after)
+            return
+        try:
+            self.resend_doubtful(conn)
+            conn.call(None, after)
+        except (OSError, ValueError):
+            self.discard(conn)
+            self._give_up(after)
+            return
+        except BaseException:
+            self.discard(conn)
+            raise
+        self.give_back(conn)
+        self.answered(after)
+
+    def _give_up(self, after: int) -> None:
+        """Settling failed (the hub is going, and recovers what this process held there):
+        owe nothing more for the calls up to ``after``."""
+        with self.posting:
+            if self.posted == after:
+                oneway.paid(self)
+
+    def resend_doubtful(self, conn: DirectConnection) -> None:
+        """Send again the one-way calls whose send was interrupted (the hub drops those
+        that came), before anything else on ``conn``."""
+        while self.doubtful:
+            number, message = self.doubtful[0]
+            if not conn.post(message, number):
+                raise ConnectionError("the direct connection was closed")
+            del self.doubtful[0]
 
     def take(self) -> DirectConnection:
         try:
@@ -68,6 +128,7 @@ class _Channel:
             self.alive = False
             conns, self._all = list(self._all), set()
         self._idle.clear()
+        oneway.paid(self)  # (the hub recovers what this process held there)
         for conn in conns:
             conn.close()
 
@@ -81,6 +142,7 @@ def _forget_all() -> None:
     global _lock
     _channels.clear()
     _lock = threading.Lock()
+    oneway.forget_all()
 
 
 os.register_at_fork(after_in_child=_forget_all)
@@ -109,6 +171,24 @@ def _channel(address: str) -> _Channel | None:
     return channel
 
 
+def _direct(ref: ObjectRef) -> _Channel | None:
+    """The channel of ``ref``'s hub, once what this process sent elsewhere before is
+    settled (None: through the hub's nng connection, or in this process)."""
+    hub = current_hub()
+    channel = None if hub is not None and hub.address == ref.address else _channel(ref.address)
+    if oneway.unsettled and (len(oneway.unsettled) > 1 or channel not in oneway.unsettled):
+        _settle_others(channel)
+    if channel is not None and channel.client.unsynced:  # what went before over nng is handled first
+        channel.client.flush()
+    return channel
+
+
+def _settle_others(channel: _Channel | None) -> None:
+    for key, settle in list(oneway.unsettled.items()):
+        if key is not channel:
+            settle()
+
+
 def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
          interrupted: tuple | None = None) -> Any:
     """``ref.call(method, *args)`` (``ref.wait`` with ``interruptible``), directly where
@@ -116,20 +196,18 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
     call that withdraws this one, made on the same connection (so that it is handled
     after this one) when a signal's handler interrupts the wait; the interruption is
     raised after it."""
-    hub = current_hub()
-    channel = None if hub is not None and hub.address == ref.address else _channel(ref.address)
+    channel = _direct(ref)
     if channel is None:
         return _through_hub(ref, method, args, interruptible, interrupted)
-    client = channel.client
-    if client.unsynced:  # what went before over nng is handled first
-        client.flush()
     try:
         conn = channel.take()
     except (OSError, ConnectionError):
         channel.close()
         return _through_hub(ref, method, args, interruptible, interrupted)
+    after = channel.posted
     try:
-        ok, value = conn.call((ref.oid, method, args))
+        channel.resend_doubtful(conn)
+        ok, value = conn.call((ref.oid, method, args), after)
     except (OSError, ValueError):
         channel.discard(conn)
         if not channel.alive:
@@ -144,9 +222,51 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
             channel.discard(conn)  # (the answer, if any comes, is dropped with it)
         raise
     channel.give_back(conn)
+    if after > channel.handled:
+        channel.answered(after)
     if ok:
         return value
     raise value
+
+
+def post(ref: ObjectRef, method: str, *args: Any) -> None:
+    """``ref.call(method, *args)`` for a call whose answer says nothing (it cannot fail
+    but with the connection): sent one-way where the servant's hub offers direct calls
+    (see the module's doc), else made and waited for."""
+    channel = _direct(ref)
+    if channel is None:
+        _through_hub(ref, method, args, False, None)
+        return
+    try:
+        conn = channel.take()
+    except (OSError, ConnectionError):
+        channel.close()
+        _through_hub(ref, method, args, False, None)
+        return
+    message = (ref.oid, method, args)
+    with channel.posting:
+        number = channel.posted + 1
+        try:
+            channel.resend_doubtful(conn)
+            sent = conn.post(message, number)
+        except (OSError, ValueError):
+            sent = False
+        except BaseException:  # interrupted: it went or not; sent again before anything else
+            channel.posted = number
+            channel.doubtful.append((number, message))
+            oneway.owe(channel, channel.settle)
+            channel.discard(conn)
+            raise
+        if sent:
+            channel.posted = number
+            oneway.owe(channel, channel.settle)
+    if not sent:
+        channel.discard(conn)
+        if not channel.alive:
+            raise _lost(channel)
+        call(ref, method, *args)  # (on a connection of its own: the hub answers it)
+        return
+    channel.give_back(conn)
 
 
 def _through_hub(ref: ObjectRef, method: str, args: tuple, interruptible: bool,
@@ -185,4 +305,6 @@ def _lost(channel: _Channel) -> ConnectionError:
                           f"({channel.client.lost_reason})")
 
 
-__all__ = ["call"]
+exit_order.at_exit("links", oneway.settle)  # what a job's last calls did is seen once it has gone
+
+__all__ = ["call", "post"]

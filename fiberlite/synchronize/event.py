@@ -12,9 +12,9 @@ from typing import Any
 
 from ..runtime.hub import current_hub
 from ..runtime.shm import sync
-from ..runtime.shm.arena import Block
-from ..runtime.shm.remote import NOT_YET
-from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
+from ..runtime.shm.arena import Block, arena
+from ..runtime.shm.remote import NOT_YET, Waits
+from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call, remote_post
 
 __all__ = ["Event"]
 
@@ -59,15 +59,22 @@ class _Once:
 
 
 class EventServant(BlockServant):
-    """An event in its creator's hub: acts for the jobs that cannot map it. A job's
-    wait waits on a thread of the hub; a ``set()`` of the creator itself answers it
-    at once, on the setter's thread (:meth:`answer_waits`), which spares the round
-    trip a thread's wake-up, and so does a job's ``set()`` that comes through the hub."""
+    """An event in its creator's hub: acts for the jobs that cannot map it. A ``set()``
+    of the creator itself answers a job's wait at once, on the setter's thread
+    (:meth:`answer_waits`), which spares the round trip a thread's wake-up, and so does
+    a job's ``set()`` that comes through the hub. A job's wait needs no thread while
+    those are the only ones that can set the event (no other process of this machine
+    was handed its memory): it is parked (looked at again every slice, as a lock's
+    parked call); else it waits on a thread of the hub."""
 
     def __init__(self, block: Block) -> None:
         super().__init__(block)
         self.words, self.flag, self.sleepers = _cells(block.buffer, block.offset)
         self.waiting: dict[tuple, _Once] = {}  # the jobs' waits under way
+
+    def make_waits(self) -> Waits:
+        segment, own = self.block.segment, arena()
+        return Waits(parkable=lambda: not own.handed_out(segment))
 
     def answer_waits(self) -> None:
         """(the creator, having set the event) Answer every job's wait under way: True."""
@@ -100,15 +107,22 @@ class EventServant(BlockServant):
         if self.words[0] or (timeout is not None and timeout <= 0):
             request.reply(bool(self.words[0]))
             return
-        flag, sleepers, key = self.flag, self.sleepers, (request.peer, pid, tid, ticket)
+        flag, sleepers, words = self.flag, self.sleepers, self.words
+        key = (request.peer, pid, tid, ticket)
 
-        def attempt(seconds: float | None) -> Any:
+        def attempt(seconds: float | None) -> Any:  # (None: a look, for a parked wait)
+            if seconds is None:
+                return True if words[0] else NOT_YET
             return True if sync.wait_while(flag, 0, sleepers, seconds) else NOT_YET
-        once = self.waiting[key] = _Once(request, lambda: self.waiting.pop(key, None))
+
+        def answered() -> None:
+            self.waiting.pop(key, None)
+            self.waits.cancel(key)
+        once = self.waiting[key] = _Once(request, answered)
         if self.words[0]:  # set meanwhile, perhaps by the creator, which did not see this wait
             once.reply(True)
             return
-        self.waits.start(once, key, attempt, timeout, False)
+        self.waits.start(once, key, attempt, timeout, False, parks=True)
 
 
 class Event(SharedPrimitive):
@@ -138,13 +152,13 @@ class Event(SharedPrimitive):
             if self._waiting:
                 self._servant.answer_waits()
         else:
-            remote_call(self._ref, "set")
+            remote_post(self._ref, "set")
 
     def clear(self) -> None:
         if self._local:
             self._words[0] = 0
         else:
-            remote_call(self._ref, "clear")
+            remote_post(self._ref, "clear")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the flag is set (or ``timeout``); return the flag."""

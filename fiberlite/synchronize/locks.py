@@ -20,7 +20,7 @@ from ..runtime.shm.place import Place
 from ..runtime.shm.remote import Waits
 from ..runtime.hub import current_hub
 from . import carry, condvar
-from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name, remote_call
+from .shared import BlockServant, SharedPrimitive, blocking_call, caller, owner_name, remote_call, remote_post
 
 MUTEX_BYTES = sync.MUTEX_BYTES
 
@@ -166,8 +166,8 @@ class _LockBase(SharedPrimitive):
         carried = carry.end(bound[0]) if bound is not None else None
         if carried is None:
             remote_call(self._ref, "release", *caller())
-        else:
-            remote_call(self._ref, "release_carry", bound[0][1], carried.written(), *caller())
+        else:  # (held by this thread: the release cannot fail, its answer is not waited for)
+            remote_post(self._ref, "release_carry", bound[0][1], carried.written(), *caller())
 
     def _settle(self) -> None:
         """Write this thread's copy of the carried object back, and read and write the

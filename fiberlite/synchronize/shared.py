@@ -26,6 +26,15 @@ from ..runtime.shm.remote import NOT_YET, Waits, remote_users
 
 NotOwnedError = sync.NotOwnedError
 _tickets = itertools.count(1)  # tells apart the blocking calls of one thread (to withdraw one)
+_pid = os.getpid()  # (a system call each time otherwise: asked again in a forked child)
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class BlockServant(Servant):
@@ -157,7 +166,7 @@ def blocking_call(ref: ObjectRef, method: str, *args: Any, undo_grant: bool = Fa
     appended. An interrupted caller (KeyboardInterrupt...) withdraws it with the
     servant's ``interrupted`` operation (``cancel``, with ``undo_grant``: what was granted
     and not seen yet is given back), so that nothing is granted to nobody."""
-    pid, tid, ticket = os.getpid(), get_ident(), next(_tickets)
+    pid, tid, ticket = _pid, get_ident(), next(_tickets)
     extra = (undo_grant,) if interrupted == "cancel" else ()
     return direct.call(ref, method, *args, pid, tid, ticket, interruptible=True,
                        interrupted=(interrupted, pid, tid, ticket, *extra))
@@ -168,9 +177,16 @@ def remote_call(ref: ObjectRef, method: str, *args: Any) -> Any:
     return direct.call(ref, method, *args)
 
 
+def remote_post(ref: ObjectRef, method: str, *args: Any) -> None:
+    """A call of a remote primitive's servant whose answer says nothing: one-way where
+    direct calls are offered (:func:`fiberlite.runtime.direct.post`: whatever this process
+    does next with that hub, or sends anywhere, comes after it)."""
+    direct.post(ref, method, *args)
+
+
 def caller() -> tuple[int, int]:
     """``(pid, tid)`` of the calling thread, as a remote primitive's servant names it."""
-    return os.getpid(), get_ident()
+    return _pid, get_ident()
 
 
 def owner_name(mine: bool, owner: int, my_token: int) -> str:
@@ -190,5 +206,5 @@ def owner_name(mine: bool, owner: int, my_token: int) -> str:
     return "SomeOtherProcess"
 
 
-__all__ = ["BlockServant", "SharedPrimitive", "NotOwnedError", "blocking_call", "remote_call", "caller",
+__all__ = ["BlockServant", "SharedPrimitive", "NotOwnedError", "blocking_call", "remote_call", "remote_post", "caller",
            "owner_name", "LOCAL_PEER"]

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pynng
 
 from ..errors import AuthenticationError, ConnectionLost
-from . import auth, codec, dialer, liveness, threads, tls
+from . import auth, codec, dialer, liveness, oneway, threads, tls
 from .guard import SocketGuard
 from .nngio import Io
 
@@ -206,6 +206,8 @@ class Client:
         in the main thread. The request is then abandoned, or, with ``on_interrupt``, that
         is called with a function that waits for the reply (the servant is to be asked to
         answer at once first), and the interruption is raised after it."""
+        if oneway.unsettled:
+            oneway.settle()  # (what this process's one-way calls did is seen first)
         if on_interrupt is None:
             return self._call(codec.encode(message), interruptible=interruptible)
         frame = codec.encode(message)
@@ -256,6 +258,8 @@ class Client:
         Lets one thread keep a request in flight while it works (the Pool's workers
         ask for their next batch this way). Each handle must be finished exactly once.
         """
+        if oneway.unsettled:
+            oneway.settle()
         frame = codec.encode(message)
         self._enter()
         try:
@@ -279,6 +283,8 @@ class Client:
         it). Requests on one connection are handled in the order they were sent, so a
         later call sees this one's effect.
         """
+        if oneway.unsettled:
+            oneway.settle()
         frame = codec.encode(message, codec.NO_REPLY)
         self._enter()
         try:

@@ -14,10 +14,18 @@ take this path instead when the hub's connections are plain TCP (TLS keeps nng):
   holds is the same whichever path a call took.
 - One request at a time on a connection (but for the call that withdraws an
   interrupted one): each request and each reply is one frame of the link, the pickled
-  ``(sequence number, envelope)`` (a reply carries its request's number; user objects
-  travel as the :class:`~.codec.Payload` they are in, pickled by their sender). The
-  calling thread sends and reads its reply itself; a process keeps a few connections
-  per hub, one per thread calling at the same moment.
+  ``(sequence number, after, envelope)`` (a reply is ``(sequence number, answer)``, the
+  number its request's; user objects travel as the :class:`~.codec.Payload` they are
+  in, pickled by their sender). The calling thread sends and reads its reply itself; a
+  process keeps a few connections per hub, one per thread calling at the same moment.
+- A *one-way* request (sequence number 0) is answered by nobody: its ``after`` is its
+  own number among the process's one-way requests to this hub (1, 2, ...). Every
+  request's ``after`` is the number of the last one-way request the process had sent
+  when it sent it: the server handles a process's one-way requests in their order and
+  keeps a request back (with whatever follows it on its connection) until those before
+  it are handled, whichever connection they came on (:mod:`.oneway` says who waits for
+  them). A request with no envelope (None) is answered at once, once its turn comes:
+  it tells the caller that what it sent before is handled.
 - The server's one thread reads every direct connection (a selector over the links'
   sockets) and hands each request to the hub's handler, which may answer it later from
   any thread.
@@ -54,6 +62,10 @@ def _encode(seq: int, message: Any) -> bytes:
     return _dumps((seq, message), codec.PROTOCOL)
 
 
+def _encode_request(seq: int, after: int, message: Any) -> bytes:
+    return _dumps((seq, after, message), codec.PROTOCOL)
+
+
 # -- the hub's side ---------------------------------------------------------------------------
 class DirectRequest:
     """One request of a direct connection, answered once with :meth:`reply` or :meth:`fail`."""
@@ -82,16 +94,34 @@ class DirectRequest:
         conn.send(data)
 
 
+class _OneWay:
+    """The request object of a one-way request: its answer goes nowhere (a failure is logged)."""
+
+    __slots__ = ("peer",)
+
+    def __init__(self, peer: int) -> None:
+        self.peer = peer
+
+    def reply(self, value: Any = None) -> None:
+        pass
+
+    def fail(self, exc: BaseException) -> None:
+        log.warning("a one-way request of peer %s failed: %r", self.peer, exc)
+
+
 class _Served:
     """A proven direct connection on the server, and the peer it speaks for once its
-    ticket came. Replies come from any thread, one at a time."""
+    ticket came. Replies come from any thread, one at a time. ``held``: its requests
+    kept back until one-way requests of its peer on other connections are handled."""
 
-    __slots__ = ("link", "peer", "_lock")
+    __slots__ = ("link", "peer", "_lock", "held")
 
     def __init__(self, link: StreamLink) -> None:
         self.link = link
+        link.settles = False  # (a reply waits for nothing this process sent elsewhere)
         self.peer: int | None = None
         self._lock = threading.Lock()
+        self.held: collections.deque[tuple[int, int, Any]] = collections.deque()
 
     def send(self, data: bytes) -> None:
         with self._lock:  # at once (the rest of a large one on its own), else for a while
@@ -114,6 +144,8 @@ class DirectServer:
         self._closed = False
         self._poll = select.epoll()
         self._served: dict[int, _Served] = {}  # descriptor -> connection
+        self._one_way_done: dict[int, int] = {}  # peer -> its one-way requests handled
+        self._holding: dict[int, set[_Served]] = {}  # peer -> its connections with requests held
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._poll.register(self._wake_fd, select.EPOLLIN)
         self._listener = Listener.tcp(host, key, self._admit, "fiberlite-direct")
@@ -192,32 +224,75 @@ class DirectServer:
                 conns = self._conns.pop(peer, set())
             for conn in conns:
                 self._drop(conn)
+            self._one_way_done.pop(peer, None)
+            self._holding.pop(peer, None)
             try:
                 then()
             except Exception:
                 log.exception("reporting the loss of peer %s failed", peer)
 
     def _read(self, conn: _Served) -> None:
-        """Handle every request that has arrived on ``conn``; drop it once its peer is gone."""
+        """Handle every request that has arrived on ``conn`` (in turn: see the module's
+        doc); drop it once its peer is gone."""
         link = conn.link
         frames = link.recv_ready()
         if not frames and link.lost:
             self._drop(conn)
+        one_way = False
         for frame in frames:
             if conn.peer is None:
                 if not self._take_ticket(conn, frame):
                     return
                 continue
             try:
-                seq, message = _loads(frame)
+                seq, after, message = _loads(frame)
             except Exception as exc:
                 log.warning("undecodable direct request from peer %s: %s", conn.peer, exc)
                 self._drop(conn)
                 return
-            try:
-                self._handler(DirectRequest(conn, conn.peer, seq), message)
-            except Exception:  # a handler bug must not stop the server
-                log.exception("request handler failed")
+            if conn.held or not self._in_turn(conn.peer, seq, after):
+                conn.held.append((seq, after, message))
+                self._holding.setdefault(conn.peer, set()).add(conn)
+                continue
+            self._run(conn, seq, after, message)
+            one_way = one_way or not seq
+        if one_way and conn.peer in self._holding:
+            self._run_held(conn.peer)
+
+    def _in_turn(self, peer: int, seq: int, after: int) -> bool:
+        """Whether a request may be handled now: the one-way requests before it are."""
+        return self._one_way_done.get(peer, 0) >= (after if seq else after - 1)
+
+    def _run(self, conn: _Served, seq: int, after: int, message: Any) -> None:
+        if not seq:
+            if after <= self._one_way_done.get(conn.peer, 0):
+                return  # sent again by a caller that did not know whether it went
+            self._one_way_done[conn.peer] = after
+            request: Any = _OneWay(conn.peer)
+        elif message is None:  # (what the caller sent before is handled)
+            conn.send(_encode(seq, (True, None)))
+            return
+        else:
+            request = DirectRequest(conn, conn.peer, seq)
+        try:
+            self._handler(request, message)
+        except Exception:  # a handler bug must not stop the server
+            log.exception("request handler failed")
+
+    def _run_held(self, peer: int) -> None:
+        """Handle the requests of ``peer`` held back whose turn has come."""
+        progress = True
+        while progress:
+            progress = False
+            for conn in list(self._holding.get(peer, ())):
+                held = conn.held
+                while held and self._in_turn(peer, held[0][0], held[0][1]):
+                    self._run(conn, *held.popleft())
+                    progress = True
+                if not held:
+                    self._holding.get(peer, set()).discard(conn)
+        if not self._holding.get(peer, True):
+            del self._holding[peer]
 
     def _take_ticket(self, conn: _Served, ticket: bytes) -> bool:
         with self._lock:
@@ -242,6 +317,9 @@ class DirectServer:
         with self._lock:
             if conn.peer is not None:
                 self._conns.get(conn.peer, set()).discard(conn)
+        if conn.held:
+            conn.held.clear()
+            self._holding.get(conn.peer, set()).discard(conn)
         conn.link.close()  # (its descriptor closes with the last reference to it)
 
     def _shut(self) -> None:
@@ -279,6 +357,7 @@ class DirectConnection:
         self.seq = 0
         self.link = link = TcpLink.dial(address, key, None, timeout)
         link.awake = False  # (the hub runs Python before it answers: a CPU is better left to it)
+        link.settles = False  # (the calls on it are what settling waits for)
         try:
             if not link.send(ticket, int(timeout * 1000)) or link.recv(int(timeout * 1000)) != TAKEN:
                 raise ConnectionError(f"{address} did not take this process's direct connection")
@@ -289,14 +368,16 @@ class DirectConnection:
             link.close()
             raise
 
-    def call(self, message: Any) -> Any:
-        """Send ``message`` (an envelope) and return the decoded reply ``(ok, value)``.
+    def call(self, message: Any, after: int = 0) -> Any:
+        """Send ``message`` (an envelope; None: a call that only waits for its turn) and
+        return the decoded reply ``(ok, value)``; it is handled after the process's one-way
+        request number ``after``.
         The wait is the link's blocking receive, which wakes every few milliseconds
         (:data:`~.link.stream.CANCEL_CHECK_US`), so that a signal's handler runs in it
         (the main thread). A large request interrupted while it leaves leaves the
         connection :attr:`broken` (only closing it ends the request)."""
-        self.seq = seq = (self.seq + 1) & 0xFFFFFFFF
-        data = _encode(seq, message)
+        self.seq = seq = (self.seq & 0xFFFFFFFF) + 1
+        data = _encode_request(seq, after, message)
         try:
             sent = self.link.send(data, -1)
         except BaseException:
@@ -305,6 +386,15 @@ class DirectConnection:
         if not sent:
             raise ConnectionError("the direct connection was closed")
         return self.reply(seq)
+
+    def post(self, message: Any, number: int) -> bool:
+        """Send ``message`` as the process's one-way request ``number`` to this hub;
+        False if it did not go (the connection is gone)."""
+        try:
+            return self.link.send(_encode_request(0, number, message), -1)
+        except BaseException:
+            self.broken = True  # (whether it went is not known)
+            raise
 
     def reply(self, seq: int) -> Any:
         """The decoded reply to the request ``seq`` (those to earlier ones are dropped)."""

@@ -16,7 +16,7 @@ import socket
 import struct
 import threading
 
-from . import unix
+from . import oneway, unix
 
 _SHORT = struct.Struct("!i")  # the length of a frame, as Connection writes it
 _LONG = struct.Struct("!Q")  # after a short length of -1: a frame of 2 GiB or more
@@ -58,6 +58,8 @@ class FrameSocket:
 
     def send_bytes(self, data: bytes) -> None:
         """Send one frame (blocking until the socket has taken it)."""
+        if oneway.unsettled:
+            oneway.settle()  # (what this process's one-way calls did is seen first)
         n = len(data)
         with self._sending:
             if n > 16384:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 from interpreters import run_python
@@ -14,6 +15,7 @@ from interpreters import run_python
 import fiberlite
 from fiberlite.errors import AuthenticationError
 from fiberlite.runtime import identity
+from fiberlite.wire import oneway
 from fiberlite.wire.direct import DirectConnection, DirectServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -195,3 +197,149 @@ def test_with_tls_on_a_job_of_another_machine_calls_through_nng_and_counts_right
     out = run_python(script, env={"FIBERLITE_TLS": "1", "FIBERLITE_SHARE_MACHINE": "0"}, timeout=100)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["True ['unavailable']", "20 0"]
+
+
+# -- one-way requests: not answered, handled in the order their process sent them, before
+# -- any later call of it on any connection, and settled before it says anything elsewhere
+def connect(direct, peer=7):
+    address, ticket = direct.offer(peer)
+    return DirectConnection(address, ticket, identity.key())
+
+
+def until(predicate, what):
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def test_one_way_requests_get_no_answer_and_a_later_call_sees_them(server):
+    direct, seen = server
+    conn = connect(direct)
+    assert conn.post("first", 1) and conn.post("second", 2)
+    # the call's answer is the first frame to come back: the one-way requests had none
+    assert conn.call("third", 2) == (True, ("echo", "third"))
+    assert seen == [(7, "first"), (7, "second"), (7, "third")]
+    conn.close()
+
+
+def test_a_call_on_another_connection_waits_for_the_one_way_requests_sent_before_it(server):
+    direct, seen = server
+    posting, calling = connect(direct), connect(direct)
+    answers: list = []
+    caller = threading.Thread(target=lambda: answers.append(calling.call("after", 1)))
+    caller.start()
+    until(lambda: 7 in direct._holding, "the call was not held back")
+    assert seen == [] and not answers
+    assert posting.post("before", 1)
+    caller.join(WAIT)
+    assert answers == [(True, ("echo", "after"))]
+    assert seen == [(7, "before"), (7, "after")]
+    posting.close()
+    calling.close()
+
+
+def test_one_way_requests_are_handled_in_their_order_whatever_their_connection(server):
+    direct, seen = server
+    first, second = connect(direct), connect(direct)
+    assert second.post("two", 2)  # arrives first: kept until one comes
+    until(lambda: 7 in direct._holding, "the second one-way request was not held back")
+    assert first.post("one", 1)
+    assert first.call(None, 2) == (True, None)  # (an empty call: its turn has come)
+    assert seen == [(7, "one"), (7, "two")]
+    first.close()
+    second.close()
+
+
+def test_a_one_way_request_sent_again_is_handled_once(server):
+    direct, seen = server
+    conn, again = connect(direct), connect(direct)
+    assert conn.post("once", 1)
+    assert again.post("once", 1)  # (its sender did not know whether the first went)
+    assert again.call("next", 1) == (True, ("echo", "next"))
+    assert conn.call(None, 1) == (True, None)
+    assert seen == [(7, "once"), (7, "next")]
+    conn.close()
+    again.close()
+
+
+def test_the_end_of_a_peer_forgets_its_held_requests(server):
+    direct, seen = server
+    conn = connect(direct, peer=3)
+    threading.Thread(target=lambda: _quietly(conn.call, "never", 5), daemon=True).start()
+    until(lambda: 3 in direct._holding, "the call was not held back")
+    done = threading.Event()
+    assert direct.end_peer(3, done.set)
+    assert done.wait(WAIT)
+    assert 3 not in direct._holding and 3 not in direct._one_way_done
+    assert seen == []
+
+
+def _quietly(call, *args):
+    try:
+        call(*args)
+    except (ConnectionError, OSError):
+        pass
+
+
+def set_then_tell(event, conn, rounds):
+    """Set the event (one-way), then say so on a pipe: the pipe's message must not be
+    seen before the set."""
+    for i in range(rounds):
+        event.set()
+        conn.send(i)
+        assert conn.recv() == "cleared"
+
+
+def test_what_a_job_sends_on_a_pipe_after_a_set_comes_after_it(across_machines):
+    event = fiberlite.Event()
+    mine, theirs = fiberlite.Pipe()
+    job = fiberlite.Process(target=set_then_tell, args=(event, theirs, 30))
+    job.start()
+    for i in range(30):
+        assert mine.poll(WAIT)
+        assert mine.recv() == i
+        assert event.is_set()  # (read in the creator's memory)
+        event.clear()
+        mine.send("cleared")
+    job.join(WAIT)
+    assert job.exitcode == 0
+
+
+def write_and_leave(value, rounds):
+    for _ in range(rounds):
+        with value.get_lock():
+            value.value += 1
+
+
+def test_what_a_job_released_last_is_in_the_value_once_it_has_exited(across_machines):
+    value = fiberlite.Value("i", 0)
+    jobs = [fiberlite.Process(target=write_and_leave, args=(value, 40)) for _ in range(2)]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join(WAIT)
+        assert job.exitcode == 0
+    assert value.value == 80  # read at once, without the lock
+
+
+def release_and_report(value, event, results):
+    from fiberlite.runtime import direct
+    with value.get_lock():
+        value.value = 41
+    event.set()
+    owed = bool(oneway.unsettled)
+    results.put((owed, sorted(type(c).__name__ for c in direct._channels.values())))
+    results.put(bool(oneway.unsettled))
+
+
+def test_a_jobs_release_and_set_are_one_way_and_settled_by_its_next_message(across_machines):
+    value, event, results = fiberlite.Value("i", 0), fiberlite.Event(), fiberlite.Queue()
+    job = fiberlite.Process(target=release_and_report, args=(value, event, results))
+    job.start()
+    owed, channels = results.get(timeout=WAIT)
+    assert channels == ["_Channel"] and owed  # (not settled before the put began)
+    assert results.get(timeout=WAIT) is False  # the first put settled them
+    assert event.is_set() and value.value == 41
+    job.join(WAIT)
+    assert job.exitcode == 0

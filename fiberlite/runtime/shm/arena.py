@@ -131,6 +131,7 @@ class Arena:
         self._free: dict[int, list[tuple[int, int]]] = {}  # size class -> [(segment, offset)]
         self._next_id = 1
         self._shared: dict[int, int] = {}  # id -> a descriptor handed out as it is (share)
+        self._handed: set[int] = set()  # the segments handed to another process of this machine
         self._lock = threading.Lock()
         # what to call when a slot's process goes: id -> recover(slot)
         self._recoverers: dict[int, Callable[[int], object]] = {}
@@ -186,8 +187,14 @@ class Arena:
         exist (fds still ours; a shared descriptor's size is 0)."""
         with self._lock:
             found = [(i, self._segments.get(i), self._shared.get(i)) for i in ids]
+            self._handed.update(i for i, s, _ in found if s is not None)
             return [(s.id, s.size, s.fd) if s is not None else (i, 0, fd)
                     for i, s, fd in found if (s is not None and s.fd >= 0) or fd is not None]
+
+    def handed_out(self, seg_id: int) -> bool:
+        """Whether segment ``seg_id`` was handed to another process (which may then
+        change its words without this process's hub knowing)."""
+        return seg_id in self._handed
 
     # -- other descriptors the door hands out ------------------------------------------------
     def share(self, fd: int) -> int:

@@ -18,7 +18,7 @@ from typing import Callable
 import pynng
 from pynng._nng import ffi, lib
 
-from .. import auth, dialer, doorman, tcp, threads, tls, tls_watch
+from .. import auth, dialer, doorman, oneway, tcp, threads, tls, tls_watch
 from ..binding import bind_host
 from ..guard import CallGuard
 from ..nngio import TimedAio, message_of, take_frame
@@ -195,6 +195,8 @@ class NngLink(LossCallbacks):
         """Queue ``frame`` (bytes, or a ``pynng.Message`` then owned by nng), waiting up
         to ``timeout_ms`` for room (0: not at all): False if it did not go (full or gone).
         One thread sends at a time; a send under way when the link is closed fails."""
+        if oneway.unsettled and frame is not ACK:
+            oneway.settle()  # (what this process's one-way calls did is seen first)
         if not self._guard.enter():
             return False
         try:

@@ -31,6 +31,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import oneway
 from .awake import SPIN_SECONDS, Awake
 from .base import ACK, LinkCanceled, LinkClosed, LinkTimeout, LossCallbacks
 from .bulk import BulkReads
@@ -56,6 +57,7 @@ class StreamLink(BulkReads, LossCallbacks):
     """One end of a link over a stream socket; one receiving and one sending thread at a time."""
 
     acks_in_line = True  # acknowledgements are one-byte frames among the others
+    settles = True  # a frame waits for this process's unsettled one-way calls (.oneway)
     quiet_acks = False  # an acknowledgement alone does not wake a receive (see above)
 
     def __init__(self, address: str = "") -> None:
@@ -106,6 +108,8 @@ class StreamLink(BulkReads, LossCallbacks):
         """Send ``frame``, waiting up to ``timeout_ms`` for room (0: not at all, -1: for
         ever); False if it did not go (full, or gone). Once part of a frame is out, the
         rest follows: at once when the caller may wait, else on a thread of its own."""
+        if oneway.unsettled and self.settles and frame is not ACK:
+            oneway.settle()
         sock = self._sock
         if sock is None or self.lost:
             return False
