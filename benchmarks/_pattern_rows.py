@@ -64,23 +64,25 @@ def take_items(items: Any, stops: int, joinable: bool) -> int:
 
 
 def producer(items: Any, count: int, stops: int, barrier: Any, reports: Any, rounds: int) -> None:
-    """Ready, then each round: at the barrier's release, put; say so. Ends at the
-    barrier too."""
+    """Ready, then each round: at the barrier's release, put; say so (and when it
+    began). Ends at the barrier too."""
     barrier.wait(TIMEOUT)
     for _ in range(rounds):
         barrier.wait(TIMEOUT)
+        began = time.monotonic()
         put_items(items, count, stops)
-        reports.put(("put", count))
+        reports.put(("put", count, began))
     barrier.wait(TIMEOUT)  # ends with the others: its CPU time is read after the last round
 
 
 def consumer(items: Any, stops: int, joinable: bool, barrier: Any, reports: Any, rounds: int) -> None:
-    """Ready, then each round: at the barrier's release, take; say how many. Ends at
-    the barrier too."""
+    """Ready, then each round: at the barrier's release, take; say how many (and when it
+    began). Ends at the barrier too."""
     barrier.wait(TIMEOUT)
     for _ in range(rounds):
         barrier.wait(TIMEOUT)
-        reports.put(("taken", take_items(items, stops, joinable)))
+        began = time.monotonic()
+        reports.put(("taken", take_items(items, stops, joinable), began))
     barrier.wait(TIMEOUT)
 
 
@@ -139,6 +141,9 @@ class Fixture:
         self.reports = self.ctx.Queue()
         self.processes: list[Any] = []
         self.pids: list[int] = []
+        # the last round's start lag: how long after the parent left the barrier the last
+        # process of the round began its work (a barrier's release, not the queue; None: no barrier)
+        self.lag: float | None = None
 
     def start(self, target: Any, *args: Any) -> Any:
         process = self.ctx.Process(target=target, args=args)
@@ -146,11 +151,11 @@ class Fixture:
         self.processes.append(process)
         return process
 
-    def report(self) -> tuple[str, Any]:
+    def report(self) -> tuple:
         what = self.reports.get(timeout=TIMEOUT)
         if what[0] == "pids":
             self.pids.extend(what[1])
-            return ("pids", 0)
+            return ("pids", 0, None)
         return what
 
     def run(self) -> tuple[float, int]:
@@ -216,7 +221,8 @@ class Pattern(Fixture):
 
     def run(self) -> tuple[float, int]:
         self.barrier.wait(TIMEOUT)
-        start = time.perf_counter()
+        start, released = time.perf_counter(), time.monotonic()
+        began: list[float] = []
         got = 0
         if self.parent == "producer":
             put_items(self.items, *self.mine)
@@ -224,18 +230,22 @@ class Pattern(Fixture):
             got = take_items(self.items, self.mine, self.joinable)
         puts, takes = self.child_producers, self.child_consumers
         while puts if self.joinable else (puts or takes):
-            what, count = self.report()
+            what, count, when = self.report()
             if what == "put":
                 puts -= 1
             elif what == "taken":
                 takes, got = takes - 1, got + count
+            if when is not None:
+                began.append(when)
         if self.joinable:
             joined(self.items)
         elapsed = time.perf_counter() - start
         while takes:
-            what, count = self.report()
+            what, count, when = self.report()
             if what == "taken":
                 takes, got = takes - 1, got + count
+                began.append(when)
+        self.lag = max(began) - released if began else None
         if got != self.total:
             raise RuntimeError(f"{got} items taken of {self.total} put")
         return elapsed, self.total
@@ -259,22 +269,23 @@ class ComeAndGo(Fixture):
         return None
 
     def run(self) -> tuple[float, int]:
-        elapsed = 0.0
+        elapsed, lags = 0.0, []
         for count in self.counts:
             process = self.start(producer, self.items, count, 1, self.barrier, self.reports, 1)
             self.barrier.wait(TIMEOUT)  # running
             self.barrier.wait(TIMEOUT)
-            start = time.perf_counter()
+            start, released = time.perf_counter(), time.monotonic()
             got = take_items(self.items, 1, self.joinable)
             if self.joinable:
                 joined(self.items)
             elapsed += time.perf_counter() - start
-            self.report()
+            lags.append(self.report()[2] - released)
             self.barrier.wait(TIMEOUT)
             process.join(TIMEOUT)
             self.processes.remove(process)
             if got != count or process.exitcode != 0:
                 raise RuntimeError(f"a producer put {count} items, {got} taken, exit code {process.exitcode}")
+        self.lag = max(lags)
         return elapsed, sum(self.counts)
 
 
