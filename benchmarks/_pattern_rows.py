@@ -2,8 +2,9 @@
 
 A *fixture* is one pattern set up with one library: its queue, its processes (started
 and waiting at a barrier, so that starting them is never timed) and the parent's part.
-``run()`` times one round: from the barrier's release until every item was taken (for a
-``JoinableQueue``, until the parent's ``join()`` returns), and checks that none was lost.
+``run()`` times one round: from the moment the first process began its work after the
+barrier's release until every item was taken (for a ``JoinableQueue``, until the
+parent's ``join()`` returns), and checks that none was lost.
 
 Each producer puts its items and then its share of stops (None); each consumer takes
 items until it has its share of stops. Every item is ahead of its producer's stops, so
@@ -141,8 +142,8 @@ class Fixture:
         self.reports = self.ctx.Queue()
         self.processes: list[Any] = []
         self.pids: list[int] = []
-        # the last round's start lag: how long after the parent left the barrier the last
-        # process of the round began its work (a barrier's release, not the queue; None: no barrier)
+        # the last round's start lag: how long after the first process of the round began its
+        # work the last one did (a barrier's release, not the queue; None: no barrier)
         self.lag: float | None = None
 
     def start(self, target: Any, *args: Any) -> Any:
@@ -221,8 +222,8 @@ class Pattern(Fixture):
 
     def run(self) -> tuple[float, int]:
         self.barrier.wait(TIMEOUT)
-        start, released = time.perf_counter(), time.monotonic()
-        began: list[float] = []
+        released = time.monotonic()
+        began = [released] if self.parent else []  # when each process of the round began its work
         got = 0
         if self.parent == "producer":
             put_items(self.items, *self.mine)
@@ -239,16 +240,16 @@ class Pattern(Fixture):
                 began.append(when)
         if self.joinable:
             joined(self.items)
-        elapsed = time.perf_counter() - start
+        ended = time.monotonic()
         while takes:
             what, count, when = self.report()
             if what == "taken":
                 takes, got = takes - 1, got + count
                 began.append(when)
-        self.lag = max(began) - released if began else None
         if got != self.total:
             raise RuntimeError(f"{got} items taken of {self.total} put")
-        return elapsed, self.total
+        self.lag = max(began) - min(began)
+        return ended - min(began), self.total
 
     def close(self, failed: bool = False) -> None:
         if not failed:
@@ -274,12 +275,14 @@ class ComeAndGo(Fixture):
             process = self.start(producer, self.items, count, 1, self.barrier, self.reports, 1)
             self.barrier.wait(TIMEOUT)  # running
             self.barrier.wait(TIMEOUT)
-            start, released = time.perf_counter(), time.monotonic()
+            released = time.monotonic()
             got = take_items(self.items, 1, self.joinable)
             if self.joinable:
                 joined(self.items)
-            elapsed += time.perf_counter() - start
-            lags.append(self.report()[2] - released)
+            ended = time.monotonic()
+            began = self.report()[2]
+            elapsed += ended - min(released, began)
+            lags.append(abs(began - released))
             self.barrier.wait(TIMEOUT)
             process.join(TIMEOUT)
             self.processes.remove(process)

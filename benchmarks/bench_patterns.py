@@ -14,9 +14,13 @@ For each of ``Queue``, ``SimpleQueue`` and ``JoinableQueue`` (whose consumers ca
 - Pool workers: a ``Pool(4)`` whose initializer receives the queue, its tasks put into it.
 
 Starting processes is never timed: they start, wait together at a ``Barrier`` (the Pool
-runs a task on every worker first), and a round times from the barrier's release until
-the last item was taken (for a ``JoinableQueue``, until ``join()`` returns); each round
-checks that no item was lost. For each row both libraries are set up, then take turns
+runs a task on every worker first), and a round times from the moment the first process
+of the round began its work after the barrier's release (the parent, when it puts or
+takes; each child stamps its start on the machine's monotonic clock) until the last item
+was taken (for a ``JoinableQueue``, until ``join()`` returns); each round checks that no
+item was lost. (The parent's leaving the barrier is no common start: the stdlib's
+barrier lets the parent leave only once every party it woke has answered, fiberlite's at
+once.) For each row both libraries are set up, then take turns
 for ``--rounds`` rounds (the order turning); a row's figure is its best round.
 
 Beside items/s, the CPU time (user + system, every thread) that the parent and every
@@ -160,8 +164,8 @@ class PatternsReport(Report):
                                stat="best", note="seconds per item; the table shows items/s, and their ratio "
                                                  "(this one inverted); info: CPU seconds per item of every "
                                                  "process, the least of the rounds; start lag: how long after the "
-                                                 "parent left the round's barrier the last process began its work "
-                                                 "(the barrier's release, not the queue), the median of the rounds")
+                                                 "first process of a round began its work the last one did (the "
+                                                 "barrier's release, not the queue), the median of the rounds")
         rates, cpus, lags = [], [], []
         for library in LIBRARIES:
             cell = cells[library]
@@ -203,8 +207,8 @@ class PatternsReport(Report):
                    "and of every process of the pattern during a round, per item, the least of the rounds "
                    "(less depends on the machine's load); CPU ratio = stdlib / fiberlite (higher is better); "
                    "'-' where processes come and go within the round. Start lag: stdlib/fiberlite, how long "
-                   "after the parent left the round's barrier the last process began its work (the median "
-                   "of the rounds; the barrier's release, counted in the round's time, not the queue's)")
+                   "after the first process of a round began its work the last one did (the median of the "
+                   "rounds; the barrier's release, counted in the round's time, not the queue's)")
         return "\n".join(out)
 
 
