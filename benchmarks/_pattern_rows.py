@@ -2,8 +2,9 @@
 
 A *fixture* is one pattern set up with one library: its queue, its processes (started
 and waiting at a barrier, so that starting them is never timed) and the parent's part.
-``run()`` times one round: from the barrier's release until every item was taken (for a
-``JoinableQueue``, until the parent's ``join()`` returns), and checks that none was lost.
+``run()`` times one round: from the moment the first process began its work after the
+barrier's release until every item was taken (for a ``JoinableQueue``, until the
+parent's ``join()`` returns), and checks that none was lost.
 
 Each producer puts its items and then its share of stops (None); each consumer takes
 items until it has its share of stops. Every item is ahead of its producer's stops, so
@@ -64,23 +65,25 @@ def take_items(items: Any, stops: int, joinable: bool) -> int:
 
 
 def producer(items: Any, count: int, stops: int, barrier: Any, reports: Any, rounds: int) -> None:
-    """Ready, then each round: at the barrier's release, put; say so. Ends at the
-    barrier too."""
+    """Ready, then each round: at the barrier's release, put; say so (and when it
+    began). Ends at the barrier too."""
     barrier.wait(TIMEOUT)
     for _ in range(rounds):
         barrier.wait(TIMEOUT)
+        began = time.monotonic()
         put_items(items, count, stops)
-        reports.put(("put", count))
+        reports.put(("put", count, began))
     barrier.wait(TIMEOUT)  # ends with the others: its CPU time is read after the last round
 
 
 def consumer(items: Any, stops: int, joinable: bool, barrier: Any, reports: Any, rounds: int) -> None:
-    """Ready, then each round: at the barrier's release, take; say how many. Ends at
-    the barrier too."""
+    """Ready, then each round: at the barrier's release, take; say how many (and when it
+    began). Ends at the barrier too."""
     barrier.wait(TIMEOUT)
     for _ in range(rounds):
         barrier.wait(TIMEOUT)
-        reports.put(("taken", take_items(items, stops, joinable)))
+        began = time.monotonic()
+        reports.put(("taken", take_items(items, stops, joinable), began))
     barrier.wait(TIMEOUT)
 
 
@@ -139,6 +142,9 @@ class Fixture:
         self.reports = self.ctx.Queue()
         self.processes: list[Any] = []
         self.pids: list[int] = []
+        # the last round's start lag: how long after the first process of the round began its
+        # work the last one did (a barrier's release, not the queue; None: no barrier)
+        self.lag: float | None = None
 
     def start(self, target: Any, *args: Any) -> Any:
         process = self.ctx.Process(target=target, args=args)
@@ -146,11 +152,11 @@ class Fixture:
         self.processes.append(process)
         return process
 
-    def report(self) -> tuple[str, Any]:
+    def report(self) -> tuple:
         what = self.reports.get(timeout=TIMEOUT)
         if what[0] == "pids":
             self.pids.extend(what[1])
-            return ("pids", 0)
+            return ("pids", 0, None)
         return what
 
     def run(self) -> tuple[float, int]:
@@ -216,7 +222,8 @@ class Pattern(Fixture):
 
     def run(self) -> tuple[float, int]:
         self.barrier.wait(TIMEOUT)
-        start = time.perf_counter()
+        released = time.monotonic()
+        began = [released] if self.parent else []  # when each process of the round began its work
         got = 0
         if self.parent == "producer":
             put_items(self.items, *self.mine)
@@ -224,21 +231,25 @@ class Pattern(Fixture):
             got = take_items(self.items, self.mine, self.joinable)
         puts, takes = self.child_producers, self.child_consumers
         while puts if self.joinable else (puts or takes):
-            what, count = self.report()
+            what, count, when = self.report()
             if what == "put":
                 puts -= 1
             elif what == "taken":
                 takes, got = takes - 1, got + count
+            if when is not None:
+                began.append(when)
         if self.joinable:
             joined(self.items)
-        elapsed = time.perf_counter() - start
+        ended = time.monotonic()
         while takes:
-            what, count = self.report()
+            what, count, when = self.report()
             if what == "taken":
                 takes, got = takes - 1, got + count
+                began.append(when)
         if got != self.total:
             raise RuntimeError(f"{got} items taken of {self.total} put")
-        return elapsed, self.total
+        self.lag = max(began) - min(began)
+        return ended - min(began), self.total
 
     def close(self, failed: bool = False) -> None:
         if not failed:
@@ -259,22 +270,25 @@ class ComeAndGo(Fixture):
         return None
 
     def run(self) -> tuple[float, int]:
-        elapsed = 0.0
+        elapsed, lags = 0.0, []
         for count in self.counts:
             process = self.start(producer, self.items, count, 1, self.barrier, self.reports, 1)
             self.barrier.wait(TIMEOUT)  # running
             self.barrier.wait(TIMEOUT)
-            start = time.perf_counter()
+            released = time.monotonic()
             got = take_items(self.items, 1, self.joinable)
             if self.joinable:
                 joined(self.items)
-            elapsed += time.perf_counter() - start
-            self.report()
+            ended = time.monotonic()
+            began = self.report()[2]
+            elapsed += ended - min(released, began)
+            lags.append(abs(began - released))
             self.barrier.wait(TIMEOUT)
             process.join(TIMEOUT)
             self.processes.remove(process)
             if got != count or process.exitcode != 0:
                 raise RuntimeError(f"a producer put {count} items, {got} taken, exit code {process.exitcode}")
+        self.lag = max(lags)
         return elapsed, sum(self.counts)
 
 

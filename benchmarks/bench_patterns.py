@@ -14,9 +14,13 @@ For each of ``Queue``, ``SimpleQueue`` and ``JoinableQueue`` (whose consumers ca
 - Pool workers: a ``Pool(4)`` whose initializer receives the queue, its tasks put into it.
 
 Starting processes is never timed: they start, wait together at a ``Barrier`` (the Pool
-runs a task on every worker first), and a round times from the barrier's release until
-the last item was taken (for a ``JoinableQueue``, until ``join()`` returns); each round
-checks that no item was lost. For each row both libraries are set up, then take turns
+runs a task on every worker first), and a round times from the moment the first process
+of the round began its work after the barrier's release (the parent, when it puts or
+takes; each child stamps its start on the machine's monotonic clock) until the last item
+was taken (for a ``JoinableQueue``, until ``join()`` returns); each round checks that no
+item was lost. (The parent's leaving the barrier is no common start: the stdlib's
+barrier lets the parent leave only once every party it woke has answered, fiberlite's at
+once.) For each row both libraries are set up, then take turns
 for ``--rounds`` rounds (the order turning); a row's figure is its best round.
 
 Beside items/s, the CPU time (user + system, every thread) that the parent and every
@@ -78,7 +82,8 @@ def cases(sizes: tuple[int, ...], pairs: tuple[int, ...], goers: int, workers: i
 
 
 # -- measuring ----------------------------------------------------------------------------------
-Sample = tuple[float, float | None]  # seconds per item, CPU seconds per item (None: unknown)
+# seconds per item, CPU seconds per item, start lag in seconds (None: unknown)
+Sample = tuple[float, float | None, float | None]
 
 
 class CpuClock:
@@ -123,7 +128,7 @@ def measure(case: Case, kind: str, items: int, rounds: int) -> dict[str, list[Sa
                 seconds, count = fixtures[library].run()
                 after = clocks[library].read()
                 cpu = None if before is None or after is None else (after - before) / count
-                cells[library].append((seconds / count, cpu))  # type: ignore[union-attr]
+                cells[library].append((seconds / count, cpu, fixtures[library].lag))  # type: ignore[union-attr]
             except Exception as exc:
                 cells[library] = one_line(exc)
                 failed.add(library)
@@ -136,6 +141,11 @@ def measure(case: Case, kind: str, items: int, rounds: int) -> dict[str, list[Sa
 
 
 # -- the table ------------------------------------------------------------------------------
+def median(values: list[float]) -> float | None:
+    """The median of ``values`` (the higher middle one), None when empty."""
+    return sorted(values)[len(values) // 2] if values else None
+
+
 def rate(seconds: float) -> str:
     items = 1 / seconds
     return f"{items / 1000:,.1f}k/s" if items >= 10_000 else f"{items:,.0f}/s"
@@ -153,31 +163,37 @@ class PatternsReport(Report):
         section = self.section(f"{kind}.{case.key}", f"{kind}: {case.title}", unit="item", reference=MP,
                                stat="best", note="seconds per item; the table shows items/s, and their ratio "
                                                  "(this one inverted); info: CPU seconds per item of every "
-                                                 "process, the least of the rounds")
-        rates, cpus = [], []
+                                                 "process, the least of the rounds; start lag: how long after the "
+                                                 "first process of a round began its work the last one did (the "
+                                                 "barrier's release, not the queue), the median of the rounds")
+        rates, cpus, lags = [], [], []
         for library in LIBRARIES:
             cell = cells[library]
             if isinstance(cell, str) or not cell:
                 section.skip(library, cell or "not measured")  # type: ignore[arg-type]
                 rates.append(f"fails: {cell}")
                 cpus.append(None)
+                lags.append("-")
                 continue
-            wall = min(seconds for seconds, _ in cell)
-            cpu = None if None in (c for _, c in cell) else min(c for _, c in cell)  # type: ignore[type-var]
-            section.add(library, Stats([seconds for seconds, _ in cell]), items_per_second=1 / wall,
-                        cpu_seconds_per_item=cpu)
+            wall = min(seconds for seconds, _, _ in cell)
+            cpu = None if None in (c for _, c, _ in cell) else min(c for _, c, _ in cell)  # type: ignore[type-var]
+            lag = median([lag for _, _, lag in cell if lag is not None])
+            section.add(library, Stats([seconds for seconds, _, _ in cell]), items_per_second=1 / wall,
+                        cpu_seconds_per_item=cpu, start_lag_seconds=lag)
             rates.append(rate(wall))
             cpus.append(cpu)
+            lags.append("-" if lag is None else f"{1000 * lag:.1f}")
         mp, fl = cells[MP], cells[FIBERLITE]
         ok = not isinstance(mp, str) and not isinstance(fl, str) and mp and fl
-        ratio = f"{min(mp)[0] / min(fl)[0]:.2f}x" if ok else "-"  # type: ignore[index]
+        ratio = f"{min(x for x, _, _ in mp) / min(x for x, _, _ in fl):.2f}x" if ok else "-"  # type: ignore[misc]
         cpu_cells = [f"{c * 1e6:.1f}" if c is not None else "-" for c in cpus]
         cpu_ratio = f"{cpus[0] / cpus[1]:.2f}x" if None not in cpus and cpus[1] else "-"  # type: ignore[operator]
-        self.lines.append([kind, case.title, *rates, ratio, *cpu_cells, cpu_ratio])
+        self.lines.append([kind, case.title, *rates, ratio, *cpu_cells, cpu_ratio, "/".join(lags)])
 
     def table(self) -> str:
         rows = [["queue", "pattern", f"{MP} items/s", f"{FIBERLITE} items/s", "ratio",
-                 f"{MP} CPU us/item", f"{FIBERLITE} CPU us/item", "CPU ratio"], *self.lines]
+                 f"{MP} CPU us/item", f"{FIBERLITE} CPU us/item", "CPU ratio",
+                 "start lag ms"], *self.lines]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         out = ["One queue on one machine: items/s with each library, in one run"]
         for i, row in enumerate(rows):
@@ -190,7 +206,9 @@ class PatternsReport(Report):
                    "items/s (higher is better). CPU: user + system seconds of the parent (all its threads) "
                    "and of every process of the pattern during a round, per item, the least of the rounds "
                    "(less depends on the machine's load); CPU ratio = stdlib / fiberlite (higher is better); "
-                   "'-' where processes come and go within the round")
+                   "'-' where processes come and go within the round. Start lag: stdlib/fiberlite, how long "
+                   "after the first process of a round began its work the last one did (the median of the "
+                   "rounds; the barrier's release, counted in the round's time, not the queue's)")
         return "\n".join(out)
 
 

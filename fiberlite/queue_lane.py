@@ -15,6 +15,7 @@ same lane and state through the creator's hub (:class:`~fiberlite.queues.QueueSe
 from __future__ import annotations
 
 import ctypes
+import pickle
 import queue
 import time
 from typing import Any, Callable
@@ -39,6 +40,7 @@ ITEMS, UNFINISHED, TOTAL, WAITING, FRONT, SLEEPERS, SIGNAL = range(7)  # the sta
 # change under the state's condition (and every reader waits on the lane)
 _atomic_add = None if sync.PORTABLE else sync.add
 _WORDS = None if sync.PORTABLE else (sync.load, sync.add, sync.wait, sync.wake)
+_loads = pickle.loads  # (what Payload.unpack does for a pickle without out-of-band buffers)
 
 
 def _address(counts: Any, index: int) -> int | None:
@@ -71,6 +73,9 @@ class QueueState:
         self._total = _address(self.counts, TOTAL)
         self.waiting = _address(self.counts, WAITING)
         self._front = _address(self.counts, FRONT)
+        # an unbounded JoinableQueue's count of unfinished tasks changes by atomic additions
+        # too; its condition is taken only to wake join() when the count reaches 0
+        self._unfinished = _address(self.counts, UNFINISHED) if joinable and not maxsize else None
 
     def __reduce__(self):
         return (QueueState, (self.maxsize, self.joinable, self.counts, self.cond, self.watcher))
@@ -85,10 +90,15 @@ class QueueState:
 
     def reserve(self, block: bool, timeout: float | None) -> None:
         """Count one more item (waiting for room in a bounded queue: ``queue.Full``)."""
-        if self._items is not None and not self.joinable:
+        if self._items is not None:
+            if self._unfinished is not None:  # (first: unfinished before it can be taken)
+                _atomic_add(self._unfinished, 1)
             _atomic_add(self._total, 1)
             _atomic_add(self._items, 1)
-            return
+            return None
+        return self._reserve_locked(block, timeout)
+
+    def _reserve_locked(self, block: bool, timeout: float | None) -> None:
         counts, cond = self.counts, self.cond
         with cond:
             if self.maxsize and counts[ITEMS] >= self.maxsize:
@@ -136,12 +146,27 @@ class QueueState:
         return self.counts[TOTAL] & 0xFFFFFFFF
 
     def task_done(self) -> None:
+        if self._unfinished is not None:
+            old = _atomic_add(self._unfinished, -1)  # (the word's old value, unsigned)
+            if old == 0 or old & 0x80000000:
+                _atomic_add(self._unfinished, 1)
+                self._notify_joiners()  # (a join() that saw the count below 0 meanwhile)
+                raise ValueError("task_done() called too many times")
+            if old == 1:
+                self._notify_joiners()
+            return
         with self.cond:
             if self.counts[UNFINISHED] <= 0:
                 raise ValueError("task_done() called too many times")
             self.counts[UNFINISHED] -= 1
             if self.counts[UNFINISHED] == 0:
                 self.cond.notify_all()
+
+    def _notify_joiners(self) -> None:
+        """Wake the join() calls (which look at the count under the condition: one that
+        found it above 0 waits, and hears this, since it is sent under the condition)."""
+        with self.cond:
+            self.cond.notify_all()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until every item put was marked done; False after ``timeout``."""
@@ -186,7 +211,7 @@ class QueueLane:
     # -- putting -----------------------------------------------------------------------
     def put(self, payload: Any, block: bool = True, timeout: float | None = None) -> None:
         self.state.reserve(block, timeout)
-        self.send(payload)
+        self.feeder.send(payload)
         if self.watcher is not None:
             self.watcher()
 
@@ -217,6 +242,18 @@ class QueueLane:
         if self.watcher is not None:
             self.watcher()
         return payload
+
+    def get_object(self, block: bool = True, timeout: float | None = None) -> Any:
+        """The next item itself, unpickled (:meth:`get`): taken at once when one is in
+        the lane now and none was given back ahead of it, as nearly always while items come."""
+        if not self.state.counts[FRONT]:
+            got = self.lane.receive_now()
+            if got is not None and got is not EOF:
+                self.state.taken()
+                if self.watcher is not None:
+                    self.watcher()
+                return _loads(got) if type(got) is bytes else got.unpack()
+        return self.get(block, timeout).unpack()
 
     def _front_waits(self) -> bool:
         return bool(self.state.counts[FRONT]) and self.take_front is not None

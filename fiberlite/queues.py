@@ -237,7 +237,7 @@ class Queue:
         """Remove and return an item; wait up to ``timeout`` (``queue.Empty`` after)."""
         self._check_open()
         if self._lane is not None:
-            return self._lane.get(block, timeout).unpack()
+            return self._lane.get_object(block, timeout)
         if self._place is not None:
             return lending.reader(self._ref).get(block, timeout).unpack()
         return route.receive(self._ref, GET, self._servant, block, timeout).unpack()
@@ -343,7 +343,7 @@ class SimpleQueue:
     def get(self) -> Any:
         self._check_open()
         if self._lane is not None:
-            return self._lane.get().unpack()
+            return self._lane.get_object()
         if self._place is not None:
             return lending.reader(self._ref).get().unpack()
         return route.receive(self._ref, GET, self._servant).unpack()

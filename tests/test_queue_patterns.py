@@ -125,6 +125,59 @@ def test_large_items_travel_whole_and_writable():
             got += 1  # writable, as with multiprocessing
 
 
+@pytest.mark.parametrize("kind", ["Queue", "SimpleQueue"])
+def test_items_of_every_kind_in_one_lane_come_out_whole_and_in_order(kind):
+    """Small pickles are read the short way, the others as before: one order for all."""
+    np = pytest.importorskip("numpy")
+    q = getattr(fiberlite, kind)()
+    p = fiberlite.Process(target=pattern_jobs.put_mixed, args=(q, 3))
+    p.start()
+    for _ in range(3):
+        for expected in pattern_jobs.mixed_items():
+            got = q.get()
+            if isinstance(expected, np.ndarray):
+                assert got.dtype == expected.dtype and (got == expected).all()
+            else:
+                assert got == expected
+    p.join(60)
+    assert p.exitcode == 0
+
+
+def test_join_returns_once_every_consumer_marked_every_item_done():
+    q, done = fiberlite.JoinableQueue(), fiberlite.Value("i", 0)
+    consumers = [fiberlite.Process(target=pattern_jobs.count_and_mark_done, args=(q, done)) for _ in range(3)]
+    for p in consumers:
+        p.start()
+    for i in range(600):
+        q.put(i)
+    for _ in consumers:
+        q.put(None)
+    q.join()
+    assert done.value == 600  # each consumer counts an item before it marks it done
+    for p in consumers:
+        p.join(60)
+        assert p.exitcode == 0
+
+
+def test_a_task_done_too_many_leaves_the_count_right():
+    import threading
+    q = fiberlite.JoinableQueue()
+    q.put(1)
+    q.get()
+    q.task_done()
+    with pytest.raises(ValueError, match="too many times"):
+        q.task_done()
+    q.put(2)
+    joiner = threading.Thread(target=q.join, daemon=True)
+    joiner.start()
+    joiner.join(0.3)
+    assert joiner.is_alive(), "join() returned with an item not yet marked done"
+    q.get()
+    q.task_done()
+    joiner.join(30)
+    assert not joiner.is_alive()
+
+
 def test_a_process_that_cannot_reach_the_lane_uses_the_queue_through_its_creators_hub():
     q, out = fiberlite.Queue(), fiberlite.Queue()
     for i in range(3):

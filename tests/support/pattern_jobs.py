@@ -97,6 +97,32 @@ def put_large(q, count: int, size: int) -> None:
         q.put(bytes([i % 256]) * size)
 
 
+def mixed_items() -> list:
+    """Items of every kind a lane carries: small pickles, a pickle with an out-of-band
+    buffer, a message over the lane's inline size (a memfd), None."""
+    import numpy as np
+    return [1, "two", np.arange(10, dtype=np.int64), b"\x03" * 100_000, None, (6, [7]),
+            np.arange(50_000, dtype=np.float64), 8]
+
+
+def put_mixed(q, rounds: int) -> None:
+    for _ in range(rounds):
+        for item in mixed_items():
+            q.put(item)
+
+
+def count_and_mark_done(q, done) -> None:
+    """Take items until None, adding each to ``done`` before marking it done."""
+    while True:
+        item = q.get(timeout=60)
+        if item is not None:
+            with done.get_lock():
+                done.value += 1
+        q.task_done()
+        if item is None:
+            return
+
+
 def thousand_passes(barrier, passes: int, conn, lock) -> None:
     """CPython's ``_TestBarrier._test_thousand_f``: pass the barrier, then send the pass
     number under the lock."""

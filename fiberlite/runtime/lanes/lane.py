@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from ...wire import unix
 from ...wire.link.awake import Awake
-from ..links.frames import EOF, item_frame, read_frame
+from ..links.frames import EOF, PICKLED_KIND, item_frame, read_frame
 from .watch import Watch
 
 INLINE_MAX = 32 * 1024  # larger messages travel in a memfd of their own
@@ -110,12 +110,28 @@ class Lane:
     def send(self, payload: Any, block: bool = True) -> bool:
         """Send ``payload`` (a :class:`~fiberlite.wire.codec.Payload`) as one message;
         with ``block`` false, return False instead of waiting for room."""
+        frame = item_frame(payload)
+        if type(frame) is bytes and len(frame) <= INLINE_MAX:  # as nearly always: one record,
+            try:                                                # and room for it now
+                self.writing.send(frame, _DONTWAIT)
+            except BlockingIOError:
+                if not block:
+                    return False
+            except BrokenPipeError:
+                raise BrokenPipeError(32, "the other end of the pipe is closed") from None
+            else:
+                if self.watch is not None:
+                    self.watch.sent()
+                return True
         if block and threading.get_ident() == _MAIN:  # (waits in slices: see SIGNAL_SLICE)
-            while not self.send(payload, block=False):
+            while not self._send_frame(frame, _DONTWAIT):
                 self.wait_writable(SIGNAL_SLICE)
             return True
-        frame = item_frame(payload)
-        flags = _NOSIGNAL if block else _DONTWAIT
+        return self._send_frame(frame, _NOSIGNAL if block else _DONTWAIT)
+
+    def _send_frame(self, frame: Any, flags: int) -> bool:
+        """Send one frame (bytes, or a tuple of parts) with ``flags``; False when the lane
+        had no room and ``flags`` say not to wait."""
         try:
             if type(frame) is bytes:
                 if len(frame) <= INLINE_MAX:
@@ -206,6 +222,18 @@ class Lane:
             data, ancillary, _, _ = self.reading.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
         except BlockingIOError:
             return None
+        return self._decode(data, ancillary)
+
+    def receive_now(self) -> Any:
+        """The next message if one is there now, else None: a small message that is a
+        pickle alone (as nearly all are) as the pickle's bytes, for the caller to load,
+        any other as :meth:`receive` returns it."""
+        try:
+            data, ancillary, _, _ = self.reading.recvmsg(_RECV_SIZE, _FD_SPACE, _RECV_NOW)
+        except BlockingIOError:
+            return None
+        if data[:1] == PICKLED_KIND and not ancillary:
+            return data[1:]
         return self._decode(data, ancillary)
 
     def watch_wait(self, timeout: float | None, wake: Callable[[], bool] | None) -> Any:

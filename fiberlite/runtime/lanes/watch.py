@@ -31,18 +31,19 @@ class Watch:
     :class:`~fiberlite.runtime.shm.sync.Mutex`), and the addresses of two words of shared
     memory: how many readers sleep, and the word they sleep on."""
 
-    __slots__ = ("role", "sleepers", "signal", "_words")
+    __slots__ = ("role", "sleepers", "signal", "_words", "_load")
 
     def __init__(self, role: Any, sleepers: int, signal: int, words: Any) -> None:
         self.role = role
         self.sleepers = sleepers
         self.signal = signal
         self._words = words  # (load, add, wait, wake) on addresses: runtime.shm.sync's
+        self._load = words[0]
 
     def sent(self) -> None:
         """After a send: wake a sleeper when nobody watches the lane."""
-        load, add, _, wake = self._words
-        if load(self.sleepers) and not self.role.owner():
+        if self._load(self.sleepers) and not self.role.owner():
+            _, add, _, wake = self._words
             add(self.signal, 1)
             wake(self.signal, 1)
 

@@ -16,6 +16,7 @@ from ...wire.codec import Payload
 from ...wire.link.nng import WRITER_RECEIVE_AHEAD
 
 _PICKLED, _RAW, _FRAMED, _EOF, _END = b"\x01", b"\x02", b"\x03", b"\x04", b"\x05"
+PICKLED_KIND = _PICKLED  # the first byte of a frame that is a pickle alone (no out-of-band buffer)
 READY_FRAME = b"\x06"  # the owner's first frame: the link is in use (not counted as sent)
 # (b"\x07" is the link's own acknowledgement, fiberlite.wire.link.ACK)
 EOF_FRAME = _EOF
