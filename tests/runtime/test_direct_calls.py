@@ -343,3 +343,22 @@ def test_a_jobs_release_and_set_are_one_way_and_settled_by_its_next_message(acro
     assert event.is_set() and value.value == 41
     job.join(WAIT)
     assert job.exitcode == 0
+
+
+def test_a_send_on_a_lane_settles_the_one_way_calls_first():
+    """A lane (a queue of this machine) tells the processes of the machine: what they are
+    told must come after the one-way calls made before it."""
+    q = fiberlite.SimpleQueue()
+    assert q._lane is not None, "a queue of this machine has a lane"
+    seen: list = []
+
+    def settle_one() -> None:
+        seen.append(q.empty())  # settled before the item is in the lane
+        oneway.paid("hub")
+    oneway.owe("hub", settle_one)
+    try:
+        q.put("told")
+        assert seen == [True] and not oneway.unsettled
+        assert q.get() == "told"
+    finally:
+        oneway.paid("hub")

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from ...wire import unix
+from ...wire import oneway, unix
 from ...wire.link.awake import Awake
 from ..links.frames import EOF, PICKLED_KIND, item_frame, read_frame
 from .watch import Watch
@@ -110,6 +110,8 @@ class Lane:
     def send(self, payload: Any, block: bool = True) -> bool:
         """Send ``payload`` (a :class:`~fiberlite.wire.codec.Payload`) as one message;
         with ``block`` false, return False instead of waiting for room."""
+        if oneway.unsettled:  # (what this process's one-way calls did is seen first)
+            oneway.settle()
         frame = item_frame(payload)
         if type(frame) is bytes and len(frame) <= INLINE_MAX:  # as nearly always: one record,
             try:                                                # and room for it now
