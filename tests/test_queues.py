@@ -86,16 +86,25 @@ def test_child_puts_land_before_it_exits():
     assert [q.get() for _ in range(500)] == list(range(500))
 
 
-def test_numpy_arrays_travel_writable():
-    q_in, q_out = fiberlite.Queue(), fiberlite.Queue()
+@pytest.mark.parametrize("size", [3, 300_000], ids=["small", "large"])
+@pytest.mark.parametrize("kind", ["Queue", "SimpleQueue", "JoinableQueue"])
+def test_numpy_arrays_travel_writable(kind, size):
+    """Both ways (the job writes to what it got), in one process, and through a pipe."""
+    q_in, q_out = getattr(fiberlite, kind)(), getattr(fiberlite, kind)()
     p = fiberlite.Process(target=jobs.array_roundtrip, args=(q_in, q_out))
     p.start()
-    big = np.arange(300_000, dtype=np.float64)
-    q_in.put(big)
-    result = q_out.get(timeout=30)
+    array = np.arange(size, dtype=np.float64)
+    q_in.put(array)
+    result = q_out.get()  # (a SimpleQueue's get has no timeout: the test's own bounds it)
     p.join()
+    assert p.exitcode == 0  # the job's in-place write worked
     assert result.flags.writeable
-    np.testing.assert_array_equal(result, big * 2)
+    np.testing.assert_array_equal(result, array * 2)
+    q_out.put(array)
+    assert q_out.get().flags.writeable
+    a, b = fiberlite.Pipe()
+    a.send(array)
+    assert b.recv().flags.writeable
 
 
 def test_closed_queue_rejects_use():

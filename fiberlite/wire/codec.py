@@ -18,7 +18,7 @@ from pynng._nng import ffi, lib
 # what pickles user objects, re-exported: the modules that frame them import it from here
 from .pickling import (OUT_OF_BAND_MIN, PROTOCOL, Pickler, dumps, dumps_bytes,  # noqa: F401
                        dumps_quick, loads, name_unpicklable, plain, register_reducer, short_repr,
-                       unpicklable_error)
+                       unpicklable_error, writable)
 
 _COUNT = struct.Struct("<I")
 # high bits of the frame's buffer count: what the sender wants from the server
@@ -231,7 +231,7 @@ def decode(frame) -> Any:
     for n in lengths:
         buffers.append(view[offset:offset + n])
         offset += n
-    return pickle.loads(main, buffers=buffers)
+    return pickle.loads(main, buffers=writable(buffers))
 
 
 ZERO_COPY_MIN = 256 * 1024  # from this size a received message is used in place

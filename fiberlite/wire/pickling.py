@@ -295,4 +295,11 @@ def loads(data: Any, buffers: Any) -> Any:
     """Load what :func:`dumps` returned (``buffers`` may be views of a received frame)."""
     if not buffers:
         return pickle.loads(data)
-    return _Unpickler(data, buffers).load()
+    return _Unpickler(data, writable(buffers)).load()
+
+
+def writable(buffers: Iterable[Any]) -> list:
+    """Out-of-band buffers that a numpy array loaded from them can be written through, as
+    an array the stdlib's pickles carry can: each buffer itself when it is writable, a
+    copy of one that is not (a view of a received ``bytes``)."""
+    return [buffer if not memoryview(buffer).readonly else bytearray(buffer) for buffer in buffers]

@@ -33,7 +33,14 @@ class Answer:
         self.reply(exc)
 
 
-def test_a_jobs_wait_is_parked_and_answered_by_the_creators_set():
+@pytest.fixture
+def segments_not_handed_out(monkeypatch):
+    """As in a process that handed no segment of its arena to a machine-mate yet (the
+    tests before this one may have handed out the segment an event is made in)."""
+    monkeypatch.setattr(arena(), "_handed", set())
+
+
+def test_a_jobs_wait_is_parked_and_answered_by_the_creators_set(segments_not_handed_out):
     event = fiberlite.Event()
     servant, answer = event._servant, Answer()
     servant.op_wait(answer, None, *KEY[1:])
@@ -44,7 +51,7 @@ def test_a_jobs_wait_is_parked_and_answered_by_the_creators_set():
     assert not servant.waits and not servant.waiting  # nothing left behind
 
 
-def test_a_parked_wait_times_out():
+def test_a_parked_wait_times_out(segments_not_handed_out):
     event = fiberlite.Event()
     servant, answer = event._servant, Answer()
     servant.op_wait(answer, 0.05, *KEY[1:])
