@@ -26,8 +26,9 @@ from side_run import SideRun, launch
 ENV = "FIBERLITE_TEST_SIDE_LEG"  # the leg's name, in a leg's own pytest: it does not split again
 MARKERS = ("docker", "kubernetes", "slurm")
 BENCHMARK_FILES = ("tests/test_benchmarks_smoke.py",)  # the benchmark scripts' runs
-SHARE_FILES = (  # about 400 s of the suite's 760, more than half of it waiting
+SHARE_FILES = (  # about 450 s of the suite's 760 when it ran alone, half of it waiting
     "tests/cli/test_cli.py",
+    "tests/runtime/test_hub_faults.py",
     "tests/runtime/test_liveness_jobs.py",
     "tests/managers/test_managers.py",
     "tests/test_cpython_conformance.py",
