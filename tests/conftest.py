@@ -18,6 +18,16 @@ for path in (ROOT, TESTS, SUPPORT):
         sys.path.insert(0, path)
 
 
+def pytest_configure(config):
+    """Ctrl-C is KeyboardInterrupt here and in every process the suite starts, as in a
+    terminal: a suite started in the background by a shell without job control inherits
+    SIGINT ignored, and so would every Python it starts (Python then installs no handler
+    of its own), and the tests of Ctrl-C in waits would wait in vain."""
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture
 def waiting_jobs():
     """``waiting_jobs(count=1, ctx=fiberlite, timeout=30)``: start jobs that wait forever
