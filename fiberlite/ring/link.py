@@ -231,7 +231,7 @@ class NeighbourLink:
                     listening.close()
                 raise NeighbourLinkLost(None, "the link was aborted")
             self._listener = Listener(listening, self.address, key, serve, f"the ring link at {self.address}",
-                                      limit=HANDSHAKES_AT_ONCE, timeout=HANDSHAKE_SECONDS)
+                                      limit=HANDSHAKES_AT_ONCE, timeout=HANDSHAKE_SECONDS, hands_over=True)
 
     def _check_dialer(self, link: TcpLink, world_size: int) -> str | None:
         """None when the peer names itself as the left neighbour, else why not."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import queue
 import select
 import socket
 import threading
@@ -169,6 +170,34 @@ def test_a_listener_serves_many_peers_and_close_ends_their_links():
             with pytest.raises((LinkCanceled, LinkTimeout, LinkClosed)):
                 caller.recv(5000)
             caller.close()
+
+
+def test_a_connection_handed_over_outlives_the_listener_closed_before_serve_returned():
+    """A listener that hands its connections over (a TCP link's, a ring link's) leaves one
+    alone once passed on, even while the thread that passed it has not returned yet (a
+    thread descheduled there on a loaded machine): closing the listener then shut the
+    connection down under its new owner, whose first receive saw the end."""
+    from fiberlite.wire.link.listener import Listener
+    handed: queue.SimpleQueue = queue.SimpleQueue()
+    release = threading.Event()
+
+    def hand_over(sock: socket.socket) -> None:
+        handed.put(sock)
+        release.wait(10)   # still inside serve when the owner closes the listener
+
+    listener = Listener.tcp("127.0.0.1", KEY, hand_over, "a hand-over", hands_over=True)
+    caller = links.dial(listener.address, KEY)
+    try:
+        owned = links.StreamLink.over(handed.get(timeout=10), "owned")
+        listener.close()
+        assert caller.send(b"after the listener closed", -1)
+        assert owned.recv(5000) == b"after the listener closed"
+        assert owned.send(b"and back", -1)
+        assert caller.recv(5000) == b"and back"
+        owned.close()
+    finally:
+        release.set()
+        caller.close()
 
 
 def test_an_acknowledgement_alone_wakes_no_receive_and_is_counted_with_the_next_frame():

@@ -5,7 +5,10 @@ of its own, under a :class:`~fiberlite.wire.gate.Gate` (a deadline, and a bound 
 connections that have not proved it yet): nothing is read from a peer before. A proven
 connection is handed to ``serve(sock)`` on that same thread, which makes it a link of its
 flavour (:meth:`~.stream.StreamLink.over`); :meth:`Listener.close` stops listening and shuts
-down every connection still served, which ends the link on it.
+down every connection still served, which ends the link on it. A listener that
+``hands_over`` its connections only passes each one on (``serve`` queues it for another
+thread): from then on it is that thread's, and :meth:`Listener.close` leaves it alone,
+even while ``serve`` has not returned yet.
 """
 from __future__ import annotations
 
@@ -24,12 +27,15 @@ ABSTRACT = "abstract://"
 
 
 class Listener:
-    """Calls ``serve(sock)`` for every peer that proves ``key``, a thread per connection."""
+    """Calls ``serve(sock)`` for every peer that proves ``key``, a thread per connection
+    (``hands_over``: ``serve`` takes the connection over, see the module's doc)."""
 
     def __init__(self, listening: socket.socket, address: str, key: bytes,
                  serve: Callable[[socket.socket], None], where: str, *,
-                 limit: int = UNPROVEN_AT_ONCE, timeout: float = HANDSHAKE_SECONDS) -> None:
+                 limit: int = UNPROVEN_AT_ONCE, timeout: float = HANDSHAKE_SECONDS,
+                 hands_over: bool = False) -> None:
         self.address = address
+        self._hands_over = hands_over
         self._listening: socket.socket | None = listening
         self._key = key
         self._serve = serve
@@ -94,7 +100,11 @@ class Listener:
             if self._closed:
                 sock.close()
                 return
-            self._served.add(sock)
+            if not self._hands_over:
+                self._served.add(sock)
+        if self._hands_over:
+            self._serve(sock)
+            return
         try:
             self._serve(sock)
         finally:

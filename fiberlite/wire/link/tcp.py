@@ -47,7 +47,7 @@ class TcpLink(StreamLink):
         link = cls()
         proven: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
         link._proven = proven
-        link._listener = Listener.tcp(host, key, proven.put, "a TCP link", limit=8)
+        link._listener = Listener.tcp(host, key, proven.put, "a TCP link", limit=8, hands_over=True)
         link.address = link._listener.address
         return link
 
