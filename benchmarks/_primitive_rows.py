@@ -50,6 +50,14 @@ def produce(items: Any, item: Any, control: Any) -> None:
             put(item)
 
 
+def barrier_party(barrier: Any, control: Any) -> None:
+    wait = barrier.wait
+    while (count := control.recv()) is not None:
+        for _ in range(count):
+            wait()
+        control.send(count)
+
+
 def condition_echo(condition: Any, control: Any) -> None:
     while (count := control.recv()) is not None:
         with condition:
@@ -276,6 +284,27 @@ class ConditionPingPong(Fixture):
             return time.perf_counter() - start
 
 
+class BarrierRounds(Fixture):
+    """Rounds of a ``Barrier`` of four: the parent and three children, each waiting once a
+    round (the round ends when its last party has passed it)."""
+
+    def __init__(self, ctx: Any, children: int = 3) -> None:
+        super().__init__(ctx)
+        self.barrier = ctx.Barrier(children + 1)
+        self.controls = [self.start(barrier_party, self.barrier) for _ in range(children)]
+
+    def run(self, count: int) -> float:
+        wait = self.barrier.wait
+        for control in self.controls:
+            control.send(count)
+        start = time.perf_counter()
+        for _ in range(count):
+            wait()
+        for control in self.controls:
+            control.recv()
+        return time.perf_counter() - start
+
+
 class NumpyView(Fixture):
     """A child writes into an ``Array('d')`` through ``numpy.frombuffer(arr.get_obj())``."""
 
@@ -333,5 +362,6 @@ SPECS = [
     Spec("array_nolock", "Array('i', lock=False)[5] read", "read", lambda c: Reads(c, "unlocked")),
     Spec("array_lock", "Array('i', lock=True)[5] read", "read", lambda c: Reads(c, "locked")),
     Spec("condition", "Condition notify/wait parent <-> child", "round trip", ConditionPingPong),
+    Spec("barrier", "Barrier of 4 (parent + 3 children), one round", "round", BarrierRounds),
 ]
 BY_KEY = {spec.key: spec for spec in SPECS}

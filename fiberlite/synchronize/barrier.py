@@ -7,9 +7,17 @@
 The action runs in the last party to arrive, in whichever process that is, outside the
 lock: the others wait meanwhile (state ``ACTING``) and are released, or get
 ``BrokenBarrierError``, once it reports (:func:`action_done`). Each party records its
-process's slot at its arrival index and clears it as it leaves, so that when a process
-dies (:meth:`BarrierServant.recover`) the barrier knows it lost a party: it breaks, and
+process's slot at its arrival index, so that when a process dies
+(:meth:`BarrierServant.recover`) the barrier knows it lost a party: it breaks, and
 forgets the dead party's arrival, so that a ``reset()`` can bring it back to use.
+
+A round that passes is done by the party that completes it, for all: it forgets every
+arrival, bumps the generation and wakes the others. They sleep on the condition's
+sequence word without being counted as its waiters, and leave as soon as they see the
+generation moved, without taking the lock again: a round's parties go back to work side
+by side, not one after another behind the lock (each a wake-up and a scheduling turn).
+The next round may fill at once. A party takes the lock again only to leave a round
+that did not pass (broken, reset, timed out, interrupted), as it did before.
 """
 from __future__ import annotations
 
@@ -19,12 +27,13 @@ from typing import Any, Callable
 
 from ..runtime.shm import sync
 from ..runtime.shm.arena import CREATOR_SLOT, Block
+from ..runtime.shm.remote import SLICE
 from . import condvar
 from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
 
 __all__ = ["Barrier"]
 
-FILLING, DRAINING, RESETTING, BROKEN, ACTING = 0, 1, 2, 3, 4
+FILLING, RESETTING, BROKEN, ACTING = 0, 2, 3, 4  # (1 was a passed round's parties leaving)
 COND_OFFSET = sync.MUTEX_BYTES  # bytes
 _BASE = (COND_OFFSET + condvar.CONDITION_BYTES) // 4  # words
 STATE, COUNT, PARTIES, GENERATION, ACTOR, ARRIVALS = range(_BASE, _BASE + 6)
@@ -72,7 +81,7 @@ class _Barrier:
         w = self.words
         try:  # (an interruption may come just after the lock is taken, in lock() itself)
             self.lock()
-            while w[STATE] in (DRAINING, RESETTING, ACTING):  # the previous round is leaving
+            while w[STATE] in (RESETTING, ACTING):  # the previous round is leaving, or acting
                 self.wait_cond(None, cancelled)
                 if cancelled is not None and cancelled():
                     raise BrokenBarrierError
@@ -81,41 +90,77 @@ class _Barrier:
             index = w[COUNT]
             w[COUNT] += 1
             w[ARRIVALS + index] = slot
-            keep = False
-            try:
-                if index + 1 == w[PARTIES]:
-                    if has_action:
-                        w[STATE], w[ACTOR] = ACTING, slot
-                        keep = True  # counted until the action is done
-                        return ("action", index, w[GENERATION])
-                    self._pass()
-                else:
-                    self._wait(timeout, cancelled)
+            if index + 1 == w[PARTIES]:
+                if has_action:
+                    w[STATE], w[ACTOR] = ACTING, slot
+                    return ("action", index, w[GENERATION])  # counted until the action is done
+                self._pass()
                 return ("ok", index)
-            finally:
-                if not keep:
-                    self._leave(index)
+            generation = w[GENERATION]
+            self.unlock()
+            self._await_round(generation, index, timeout, cancelled)
+            return ("ok", index)
         finally:
             if self.holder.is_mine():
                 self.unlock()
 
-    def _wait(self, timeout: float | None, cancelled: Callable[[], bool] | None) -> None:
-        """Wait until the round passes; the barrier breaks if it does not in time (or the
-        call is withdrawn), and a broken or reset one raises."""
-        w = self.words
+    def _await_round(self, generation: int, index: int, timeout: float | None,
+                     cancelled: Callable[[], bool] | None) -> None:
+        """(lock not held) Until round ``generation`` passes; the barrier breaks if it does
+        not in time (or the call is withdrawn), and a broken or reset one raises. A round
+        that passed is left without the lock; any other way out leaves it under the lock."""
+        w, seq_word = self.words, self.seq_word
         deadline = None if timeout is None else time.monotonic() + timeout
-        while w[STATE] in (FILLING, ACTING):
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if (remaining is not None and remaining <= 0) or (cancelled is not None and cancelled()):
-                self._break()
-                raise BrokenBarrierError
-            self.wait_cond(remaining, cancelled)
-        if w[STATE] in (BROKEN, RESETTING):
+        try:
+            while True:
+                seq = self.cond_words[condvar.SEQ]  # (before the look: a release after it moves seq)
+                if w[GENERATION] != generation:
+                    return  # passed: the party that completed the round let everyone go
+                if w[STATE] in (BROKEN, RESETTING):
+                    break
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if (remaining is not None and remaining <= 0) or (cancelled is not None and cancelled()):
+                    break
+                if cancelled is not None:  # looked at every slice
+                    remaining = SLICE if remaining is None else min(SLICE, remaining)
+                sync.wait(seq_word, seq, remaining)
+        except BaseException:
+            self._leave_unpassed(generation, index, False)
+            raise
+        if not self._leave_unpassed(generation, index, True):
             raise BrokenBarrierError
 
-    def _pass(self) -> None:
-        self.words[STATE] = DRAINING
+    def _leave_unpassed(self, generation: int, index: int, break_it: bool) -> bool:
+        """Take the lock to leave a round: True if it passed meanwhile (nothing to leave);
+        else leave it, breaking the barrier first if it is still filling (``break_it``:
+        the party timed out, or its call was withdrawn)."""
+        w = self.words
+        self.lock()
+        try:
+            if w[GENERATION] != generation:
+                return True
+            if break_it and w[STATE] in (FILLING, ACTING):
+                self._break()
+            self._leave(index)
+            return False
+        finally:
+            self.unlock()
+
+    def _release_all(self) -> None:
+        """Wake every party asleep on the round, and every caller waiting to enter."""
         self.notify_all()
+        sync.add(self.seq_word, 1)
+        sync.wake(self.seq_word, condvar.WAKE_ALL)
+
+    def _pass(self) -> None:
+        """The round is complete: forget its arrivals, open the next one, let all go."""
+        w = self.words
+        for i in range(w[PARTIES]):
+            w[ARRIVALS + i] = 0
+        w[COUNT] = 0
+        w[STATE] = FILLING
+        w[GENERATION] += 1
+        self._release_all()
 
     def _leave(self, index: int) -> None:
         w = self.words
@@ -126,14 +171,14 @@ class _Barrier:
 
     def _settle(self) -> None:
         w = self.words
-        if w[COUNT] == 0 and w[STATE] in (RESETTING, DRAINING):
+        if w[COUNT] == 0 and w[STATE] == RESETTING:
             w[STATE] = FILLING
             w[GENERATION] += 1
             self.notify_all()
 
     def _break(self) -> None:
         self.words[STATE] = BROKEN
-        self.notify_all()
+        self._release_all()
 
     # -- operations ----------------------------------------------------------------------
     def action_done(self, generation: int, ok: bool, index: int) -> None:
@@ -154,7 +199,7 @@ class _Barrier:
         self.lock()
         try:
             w[STATE] = RESETTING if w[COUNT] else FILLING
-            self.notify_all()
+            self._release_all()
         finally:
             self.unlock()
 

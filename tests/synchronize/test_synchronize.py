@@ -399,6 +399,79 @@ def test_barrier_of_three_jobs_runs_action_once(machine_path):
     assert barrier.n_waiting == 0 and not barrier.broken
 
 
+def barrier_until_broken(barrier, progress, out, threads):
+    """``threads`` threads pass ``barrier`` until it breaks; each pass with index 0 is told
+    on ``progress``; then how often each index came back, and any other error."""
+    counts, errors = [0] * barrier.parties, []
+    counting = threading.Lock()
+
+    def party():
+        try:
+            while True:
+                index = barrier.wait(WAIT)
+                with counting:
+                    counts[index] += 1
+                if index == 0:
+                    progress.put(1)
+        except BrokenBarrierError:
+            return
+        except Exception as exc:
+            errors.append(repr(exc))
+
+    workers = [threading.Thread(target=party) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    out.put((counts, errors))
+
+
+def test_barrier_with_more_callers_than_parties_gives_every_round_each_index_once(machine_path):
+    """Six callers (two jobs of three threads) on a barrier of three, until it is aborted
+    after 200 rounds: a passed round's parties leave while the next one fills, and no
+    round loses or doubles a party; the abort ends every caller."""
+    barrier, progress, out = fiberlite.Barrier(3), fiberlite.Queue(), fiberlite.Queue()
+    jobs = [_start(barrier_until_broken, barrier, progress, out, 3) for _ in range(2)]
+    for _ in range(200):
+        progress.get(timeout=WAIT)
+    barrier.abort()
+    results = [out.get(timeout=WAIT) for _ in jobs]
+    for p in jobs:
+        p.join(WAIT)
+        assert p.exitcode == 0
+    assert [errors for _, errors in results] == [[], []]
+    per_index = [sum(counts[i] for counts, _ in results) for i in range(3)]
+    assert per_index[0] >= 200 and per_index == [per_index[0]] * 3, per_index
+    assert barrier.broken
+
+
+def test_a_passed_rounds_parties_leave_without_taking_the_barriers_lock_again():
+    """The party that completes a round lets the others go: they return while its lock is
+    still held (each taking it in turn made them leave one after another)."""
+    from fiberlite.synchronize import barrier as barriers
+    barrier = fiberlite.Barrier(3)
+    returned = []
+    threads = [threading.Thread(target=lambda: returned.append(barrier.wait(WAIT))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + WAIT
+    while barrier.n_waiting < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    inner = barrier._barrier
+    inner.lock()   # the third party arrives as arrive() does, and keeps the lock
+    try:
+        index = inner.words[barriers.COUNT]
+        inner.words[barriers.COUNT] += 1
+        inner.words[barriers.ARRIVALS + index] = barrier._slot
+        inner._pass()
+        for t in threads:
+            t.join(5)
+        assert sorted(returned) == [0, 1]
+    finally:
+        inner.unlock()
+    assert barrier.n_waiting == 0 and not barrier.broken
+
+
 def test_barrier_timeout_abort_reset_in_process():
     barrier = fiberlite.Barrier(2)
     assert "waiters=0/2" in repr(barrier)
