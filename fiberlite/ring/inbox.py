@@ -71,6 +71,17 @@ class RingMember(Servant):
         if self.on_fail is not None:
             self.on_fail()
 
+    def await_story(self, rank: int, seconds: float) -> None:
+        """Wait up to ``seconds`` to learn why ``rank`` cannot be heard from (or that the
+        ring broke): its farewell, the parent's abort, or its hub connection's end."""
+        deadline = time.monotonic() + seconds
+        with self._cond:
+            while self.error is None and rank not in self.lost:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._cond.wait(remaining)
+
     def check(self, rank: int) -> None:
         """Raise if the ring is broken or ``rank`` is known to have left."""
         error = self.error

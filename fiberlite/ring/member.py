@@ -42,6 +42,7 @@ import numpy as np
 
 from . import buffers
 from . import collectives as coll
+from .. import config
 from ..errors import RingError
 from ..runtime import identity
 from ..runtime.dialed import connect
@@ -53,6 +54,14 @@ from .inbox import RingMember
 from .link import NeighbourLink, NeighbourLinkLost
 from .report import CollectiveCounter, payload_size
 from .stream import MessageStream
+
+
+
+def _story_seconds() -> float:
+    """How long a member whose neighbour's link failed waits to hear why: as long as the
+    ring's parent may take to give a silent rank up (``peer_timeout``), and a second."""
+    timeout = config.get("peer_timeout")
+    return (10.0 if timeout is None else float(timeout)) + 1.0
 
 
 class Member:
@@ -183,7 +192,10 @@ class Member:
         except RingTimeoutError:   # a message stream's own wait, already named
             raise
         except NeighbourLinkLost:
-            self._inbox.check(peer)   # the ring was aborted, or the peer told why it left
+            # why, a moment later: the peer's farewell, the parent's abort (a rank given up
+            # as silent: the link may fail first, as its machine's address vanishes)
+            self._inbox.await_story(peer, _story_seconds())
+            self._inbox.check(peer)
             raise RingError(f"rank {peer} left the ring (connection lost)", peer) from None
         except builtins.TimeoutError:
             raise RingTimeoutError(self._timed_out(peer)) from None
