@@ -76,13 +76,6 @@ class CallGuard:
             self._released = True
         return last
 
-    def while_inside(self, act: Callable[[], None]) -> None:
-        """Call ``act()`` if a call is inside nng now (what it uses is not released
-        meanwhile); ``act`` must not call back into Python code that takes this guard."""
-        with self._lock:
-            if self._busy and not self._released:
-                act()
-
     def close(self) -> bool:
         """Abort what is under way and release now, or as soon as the last call inside
         nng returns; never waits. False if already closing."""

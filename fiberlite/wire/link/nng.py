@@ -215,8 +215,6 @@ class NngLink(LossCallbacks):
         aio = self._sending.set_timeout(timeout_ms)
         lib.nng_aio_set_msg(aio, msg)
         lib.nng_send_aio(self._nng_socket, aio)
-        if self._guard.closing:  # (as a receive: see _receive)
-            lib.nng_aio_cancel(aio)
         lib.nng_aio_wait(aio)
         if lib.nng_aio_result(aio):
             lib.nng_msg_free(msg)  # nng leaves a message it did not send to its sender
@@ -235,8 +233,6 @@ class NngLink(LossCallbacks):
             except pynng.Timeout:
                 raise LinkTimeout from None
             except pynng.Canceled:
-                if self._closed:
-                    raise LinkClosed("the link is closed") from None
                 raise LinkCanceled from None
             except pynng.NNGException:
                 raise LinkClosed("the link is closed") from None
@@ -285,11 +281,7 @@ class NngLink(LossCallbacks):
         if not self._guard.enter():
             raise pynng.Closed(lib.NNG_ECLOSED, "the link is closed")
         try:
-            receiving = self._receiving
-            lib.nng_recv_aio(self._nng_socket, receiving.set_timeout(timeout_ms))
-            if self._guard.closing:  # closed as it began: it may have come after the close's abort
-                lib.nng_aio_cancel(receiving.aio)
-            return receiving.wait()
+            return self._receiving.receive(lib.nng_recv_aio, self._nng_socket, timeout_ms)
         finally:
             self._guard.leave()
 
@@ -329,13 +321,6 @@ class NngLink(LossCallbacks):
         if self._door is not None:
             self._door.close()
         self._guard.close()
-        # a receive or send begun just before: its aio may have reached nng after the
-        # socket's own abort, and would wait for ever (once in thousands, on TLS)
-        self._guard.while_inside(self._cancel_aios)
-
-    def _cancel_aios(self) -> None:
-        lib.nng_aio_cancel(self._receiving.aio)
-        lib.nng_aio_cancel(self._sending.aio)
 
     def _free_aios(self) -> None:
         self._receiving.free()
