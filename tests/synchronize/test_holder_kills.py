@@ -40,11 +40,12 @@ def count_under_semaphore(sem, guard, counter, mine, index, started, go):
                 mine[index] += 1
 
 
-def _run(target, args_of, jobs_per_round: int, kills: int) -> int:
+def _run(target, args_of, jobs_per_round: int, kills: int, counted=None) -> int:
     """Start every job at once, each waiting for its go; let ``jobs_per_round`` of them
     work, then ``kills`` times kill one of those at work at a random moment and let a
-    waiting one work in its place; stop the rest. The number of kills made. (The jobs
-    that wait sleep: none spends the machine's CPUs while the others start.)"""
+    waiting one work in its place; stop the rest once ``counted()`` (the work done) is
+    above 0. The number of kills made. (The jobs that wait sleep: none spends the
+    machine's CPUs while the others start.)"""
     jobs = []
     for index in range(jobs_per_round + kills):
         started, go = fiberlite.Event(), fiberlite.Event()
@@ -64,6 +65,8 @@ def _run(target, args_of, jobs_per_round: int, kills: int) -> int:
             victim.join(WAIT)
             assert victim.exitcode == -signal.SIGKILL
             at_work.remove(victim)
+    if counted is not None:  # on a loaded machine every kill may land before any work
+        eventually(lambda: counted() > 0, WAIT, lambda: f"the work counted by the jobs at work ({counted()})")
     for job, _, _ in jobs:
         job.kill()
         job.join(WAIT)
@@ -74,7 +77,8 @@ def test_lock_holders_killed_at_random_never_leave_it_held(machine_path):
     lock = fiberlite.Lock()
     counter = fiberlite.Value("q", 0, lock=False)
     mine = fiberlite.Array("q", 64, lock=False)
-    kills = _run(count_under_lock, lambda i, started, go: (lock, counter, mine, i, started, go), 2, ROUNDS)
+    kills = _run(count_under_lock, lambda i, started, go: (lock, counter, mine, i, started, go), 2, ROUNDS,
+                 lambda: sum(mine[:]))
     assert lock.acquire(timeout=WAIT), "a killed job's lock was not given back"
     try:
         total, counted = counter.value, sum(mine[:])
@@ -89,7 +93,8 @@ def test_semaphore_units_of_killed_jobs_come_back(machine_path):
     sem, guard = fiberlite.BoundedSemaphore(2), fiberlite.Lock()
     counter = fiberlite.Value("q", 0, lock=False)
     mine = fiberlite.Array("q", 64, lock=False)
-    _run(count_under_semaphore, lambda i, started, go: (sem, guard, counter, mine, i, started, go), 3, ROUNDS)
+    _run(count_under_semaphore, lambda i, started, go: (sem, guard, counter, mine, i, started, go), 3, ROUNDS,
+         lambda: sum(mine[:]))
     eventually(lambda: sem.get_value() == 2, WAIT,  # (recovery runs as each job's end is heard)
                lambda: f"units of killed jobs given back: the value is {sem.get_value()}, not 2")
     assert sem.acquire(False) and sem.acquire(False) and not sem.acquire(False)
