@@ -6,6 +6,7 @@ import pytest
 
 import fiberlite
 import link_jobs
+from waiting import eventually
 from fiberlite.runtime.links import forwarder
 from fiberlite.runtime.links import reader as pipelink
 from fiberlite.runtime.hub import get_hub
@@ -198,8 +199,12 @@ def test_the_creators_gets_from_a_linked_producer_sleep_at_once_and_a_pipes_read
     p = fiberlite.Process(target=link_jobs.put_then_stall, args=(q, ENOUGH, out, stay))
     p.start()
     assert out.get(timeout=60) == ["put"]
-    link = get_hub().servant(q._ref.oid).links["put"].link
-    assert link.awake is False
+    put_link = get_hub().servant(q._ref.oid).links["put"]
+    # the job counts its link once it read this process's READY frame; this process's
+    # link thread records the connection just after sending it (a loaded machine may
+    # run the job's puts and report first)
+    eventually(lambda: put_link.link is not None, what="the producer's link")
+    assert put_link.link.awake is False
     stay.set()
     assert [q.get(timeout=60) for _ in range(ENOUGH)] == list(range(ENOUGH))
     p.join()
