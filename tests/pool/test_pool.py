@@ -227,6 +227,19 @@ def test_short_tasks_queued_behind_a_long_one_are_given_back():
     assert finished[-1] == 60, "short tasks waited behind the long one"
 
 
+def test_results_done_before_a_long_task_reach_the_master_while_it_runs():
+    """The results of a worker's finished tasks do not wait for the task it runs next:
+    here that task waits for what the master does once it has them (with the stdlib each
+    result goes as its task ends)."""
+    gate = fiberlite.Event()
+    with Pool(1) as pool:
+        results = pool.imap(lambda x: gate.wait(30) if x == 5 else x, range(6))
+        assert [next(results) for _ in range(5)] == list(range(5))
+        gate.set()
+        assert next(results) is True, "the last task waited for a gate opened too late"
+    pool.join()
+
+
 def _nap_index(pair):
     index, seconds = pair
     time.sleep(seconds)

@@ -38,13 +38,16 @@ def per_job(request, settings):
     return request.param
 
 
-def logged(x: int, path: str, seconds: float = 0.01) -> tuple[int, int]:
-    """Note that task ``x`` ran (one line, appended atomically), then return its square."""
+def logged(x: int, path: str, seconds: float = 0.01, gate=None) -> tuple[int, int]:
+    """Note that task ``x`` ran (one line, appended atomically), wait for ``gate`` (an
+    Event) if given, then return its square."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, f"{x}\n".encode())
     finally:
         os.close(fd)
+    if gate is not None:
+        assert gate.wait(60), "the gate was never opened"
     time.sleep(seconds)
     return x * x, os.getpid()
 
@@ -58,10 +61,16 @@ def runs(path) -> collections.Counter:
 def test_resize_grows_and_shrinks_mid_map_without_losing_or_repeating(per_job, tmp_path):
     log = str(tmp_path / "ran")
     n = 600
+    gate = fiberlite.Event()
     with Pool(2) as pool:
-        results = pool.imap(lambda x: logged(x, log), range(n))
+        results = pool.imap(lambda x: logged(x, log, gate=gate if x >= 40 else None), range(n))
         got = [next(results) for _ in range(40)]
         pool.resize(6)
+        # each worker stops at the first task past 40 until the gate opens: six of those
+        # begun are the two workers of before and four new ones (however slow they start)
+        eventually(lambda: sum(1 for x in runs(log) if x >= 40) >= 6, timeout=60,
+                   what="six workers at work")
+        gate.set()
         grown = [next(results) for _ in range(260)]
         assert len({pid for _, pid in grown}) >= 3, "no new worker took work after growing"
         pool.resize(1)

@@ -285,13 +285,17 @@ class _Worker:
             else:  # the function could not be unpickled here
                 raise func
         except Exception as exc:
-            self.entries.append((cid, pack_failure(exc, traceback.format_exc())))
+            failure = pack_failure(exc, traceback.format_exc())
             del exc
+            with self.lock:  # (the watchdog may take the results of a long chunk's wait)
+                self.entries.append((cid, failure))
+                self.current = None
         else:
-            self.entries.append((cid, None))
-            self.values.append(value)
+            with self.lock:
+                self.entries.append((cid, None))
+                self.values.append(value)
+                self.current = None
             del value
-        self.current = None
         now = time.perf_counter()
         elapsed = now - started
         ema = self.ema  # a new call's first chunk starts the estimate afresh: its tasks
@@ -320,10 +324,14 @@ class _Worker:
 
     # -- the watchdog -------------------------------------------------------------------------
     def _exposed(self) -> bool:
-        return self.current is not None and (bool(self.queue) or self.outstanding is not None)
+        """Whether the running chunk keeps anything waiting behind it: chunks queued, a
+        request for more, or results of chunks done."""
+        return self.current is not None and (
+            bool(self.queue) or self.outstanding is not None or bool(self.entries))
 
     def _watch(self) -> None:
-        """Give back queued chunks when the running one overruns ``GIVEBACK_AFTER``.
+        """Give back queued chunks, and send the results that wait, when the running one
+        overruns ``GIVEBACK_AFTER``.
 
         A chunk seen running at one look is watched until its deadline; one not seen
         before waits for the next look, ``WATCH_PERIOD`` later. While chunks keep
@@ -361,16 +369,20 @@ class _Worker:
                     return  # the connection is gone; the job is about to exit
 
     def _give_back(self, current: tuple) -> None:
-        """Hand back the queued chunks, and those our prefetch brings (its answer is
-        prompt). The lock is not held while waiting: the main thread may need it."""
+        """Send the results that wait, hand back the queued chunks, and those our prefetch
+        brings (its answer is prompt). The lock is not held while waiting: the main
+        thread may need it."""
         with self.lock:
             if self.current is not current:
                 return
+            results = self._take_results() if self.entries else None
             cids = [chunk[0] for chunk in self.queue]
             self.queue.clear()
             if self.budget is not None:
                 self.budget += len(cids)
             ctx, self.outstanding = self.outstanding, None
+        if results is not None:  # (the master may be waiting for them to go on)
+            self.up.cast("done", self.wid, *results)
         if cids:
             self._finish(self._begin("giveback", self.wid, cids))
         if ctx is None:
