@@ -117,6 +117,7 @@ def from_samples(samples: Iterable[float], per: int = 1) -> Stats:
 
 # -- pools ---------------------------------------------------------------------------------
 MP = "mp spawn Pool"
+MP_FORK = "mp fork Pool"
 FIBERLITE = "fiberlite Pool"
 
 
@@ -176,6 +177,13 @@ def pool_runner(name: str, pool: Any, workers: int) -> Runner:
 def mp_runner(workers: int) -> Runner:
     """A ``multiprocessing`` Pool of ``workers``, spawn start method."""
     return pool_runner(MP, multiprocessing.get_context("spawn").Pool(workers), workers)
+
+
+def mp_fork_runner(workers: int) -> Runner | None:
+    """A ``multiprocessing`` Pool of ``workers``, fork start method (None where there is none)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return pool_runner(MP_FORK, multiprocessing.get_context("fork").Pool(workers), workers)
 
 
 def fiberlite_runner(workers: int) -> Runner:

@@ -7,7 +7,9 @@ Sections (``multiprocessing.get_context("spawn").Pool`` is the reference unless 
   (5, 50, 500, 5,000 tasks). fiberlite, mp spawn, and loky / Ray / Dask when importable.
   A summary table compares every row with the ideal 1.0 s.
 - ``throughput``: ``pool.map`` of a trivial function over 100,000 items, chunksize=1
-  and the default chunksize; both pools live at once and take turns, repeat by repeat.
+  and the default chunksize, on ``--throughput-workers`` workers (the CPU count); the
+  pools (fiberlite, mp spawn and, where it exists, mp fork) live at once and take
+  turns, repeat by repeat. The note gives fiberlite's throughput over mp fork's.
 - ``bandwidth``: 200 results of 1 MiB each (``bytes`` and a numpy array), next to a raw
   pynng Pair0 push of 200 1-MiB messages between two processes (the reference: the
   raw one-way bandwidth, measured in the same run). numpy is imported at module level
@@ -41,10 +43,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
                      FIBERLITE,
                      MP,
+                     MP_FORK,
                      Report,
                      Runner,
                      Stats,
                      fiberlite_runner,
+                     mp_fork_runner,
                      finish,
                      from_samples,
                      mp_runner,
@@ -191,7 +195,7 @@ def _duration(d: float) -> str:
 # -- (b) throughput ------------------------------------------------------------------------------
 def bench_throughput(report: Report, args: Any) -> None:
     items = list(range(sized(args, 100_000, 10_000)))
-    workers = os.cpu_count() or 2
+    workers = args.throughput_workers or os.cpu_count() or 2
     # a default-chunksize map takes milliseconds: many repeats, or the median is noise
     repeats = {1: sized(args, 3, 1), None: sized(args, 40, 1)}
     sections = {}
@@ -200,12 +204,15 @@ def bench_throughput(report: Report, args: Any) -> None:
         sections[chunksize] = report.section(
             f"throughput_{'1' if chunksize == 1 else 'default'}",
             f"map(noop, {len(items):,} items), {label}, {workers} workers", unit="task", reference=MP,
-            note=f"{repeats[chunksize]} repeats, the two pools taking turns")
+            note=f"{repeats[chunksize]} repeats, the pools taking turns")
     progress("throughput: starting both pools ...")
     runners: list[Runner] = []
     try:
         runners.append(fiberlite_runner(workers))
         runners.append(mp_runner(workers))
+        fork = mp_fork_runner(workers)
+        if fork is not None:
+            runners.append(fork)
         for runner in runners:
             runner.warm()
             runner.map(noop, items, None)
@@ -224,8 +231,10 @@ def bench_throughput(report: Report, args: Any) -> None:
         for runner in runners:
             runner.close()
     for section in sections.values():
-        section.note += "; tasks/s: " + ", ".join(
-            f"{row.name} {row.info['tasks_per_s']:,.0f}" for row in section.rows)
+        rates = {row.name: row.info["tasks_per_s"] for row in section.rows}
+        section.note += "; tasks/s: " + ", ".join(f"{name} {rate:,.0f}" for name, rate in rates.items())
+        if MP_FORK in rates:
+            section.note += f"; fiberlite / mp fork throughput: {rates[FIBERLITE] / rates[MP_FORK]:.2f}x"
 
 
 # -- imap with big chunks ---------------------------------------------------------------------
@@ -472,6 +481,8 @@ def main() -> None:
     p = parser("Pool: framework overhead, throughput, result bandwidth, dispatch cost.")
     p.add_argument("--only", choices=["overhead", "throughput", "imap", "bandwidth", "dispatch"],
                    action="append", help="run only these sections (repeatable)")
+    p.add_argument("--throughput-workers", type=int, default=0, metavar="N",
+                   help="workers of each pool in the throughput section (default: the CPU count)")
     args = p.parse_args()
     report = Report("pool", "Pool overhead, throughput, imap, bandwidth and dispatch cost vs "
                             "multiprocessing")
