@@ -56,7 +56,6 @@ from .report import CollectiveCounter, payload_size
 from .stream import MessageStream
 
 
-
 def _story_seconds() -> float:
     """How long a member whose neighbour's link failed waits to hear why: as long as the
     ring's parent may take to give a silent rank up (``peer_timeout``), and a second."""

@@ -100,16 +100,15 @@ class Listener:
             if self._closed:
                 sock.close()
                 return
-            if not self._hands_over:
+            kept = not self._hands_over  # (a connection handed over is its new owner's to end)
+            if kept:
                 self._served.add(sock)
-        if self._hands_over:
-            self._serve(sock)
-            return
         try:
             self._serve(sock)
         finally:
-            with self._lock:
-                self._served.discard(sock)
+            if kept:
+                with self._lock:
+                    self._served.discard(sock)
 
     def close(self) -> None:
         """Stop listening, cut off the connections still proving the key and shut down
