@@ -21,6 +21,13 @@ def fresh_config(monkeypatch, tmp_path):
     config._resolved = None
 
 
+def reread() -> None:
+    """The settings are read again at the next look: call it once a test's file and
+    variables are in place (a thread an earlier test left, the connections' watch, reads
+    them every few seconds, perhaps between the fixture's reset and the test's writes)."""
+    config._resolved = None
+
+
 def test_defaults(fresh_config):
     assert config.get("backend") == "local"
     assert config.get("docker_network") == "host"
@@ -29,9 +36,10 @@ def test_defaults(fresh_config):
 
 def test_precedence_file_env_code(fresh_config, monkeypatch):
     (fresh_config / ".fiberlite.toml").write_text('backend = "docker"\nimage = "from-file"\ncpu = 2\n')
+    reread()
     assert config.get("backend") == "docker" and config.get("cpu") == 2.0
     monkeypatch.setenv("FIBERLITE_IMAGE", "from-env")
-    config._resolved = None
+    reread()
     assert config.get("image") == "from-env"
     fiberlite.init(image="from-code", memory="1Gi")
     assert config.get("image") == "from-code"
@@ -50,6 +58,7 @@ def test_precedence_file_env_code(fresh_config, monkeypatch):
 ])
 def test_invalid_environment_value_names_setting(fresh_config, monkeypatch, name, value, needle):
     monkeypatch.setenv("FIBERLITE_" + name.upper(), value)
+    reread()
     with pytest.raises(ConfigError) as info:
         config.settings()
     message = str(info.value)
@@ -61,6 +70,7 @@ def test_unknown_setting_in_code_and_file(fresh_config, monkeypatch):
         fiberlite.init(bakend="docker")
     (fresh_config / "custom.toml").write_text("colour = 'blue'\n")
     monkeypatch.setenv("FIBERLITE_CONFIG", str(fresh_config / "custom.toml"))
+    reread()
     with pytest.raises(ConfigError, match="colour"):
         config.settings()
 
@@ -74,9 +84,11 @@ def test_a_renamed_setting_names_its_new_name(fresh_config):
 
 def test_bad_toml_and_missing_config_file(fresh_config, monkeypatch):
     (fresh_config / ".fiberlite.toml").write_text("backend = \n")
+    reread()
     with pytest.raises(ConfigError, match="not valid TOML"):
         config.settings()
     monkeypatch.setenv("FIBERLITE_CONFIG", "/nonexistent/fiberlite.toml")
+    reread()
     with pytest.raises(ConfigError, match="not a file"):
         config.settings()
 
@@ -153,10 +165,11 @@ def test_the_built_in_backends_declare_their_settings_in_their_packages():
 def test_backend_settings_work_as_every_other(fresh_config, monkeypatch):
     (fresh_config / ".fiberlite.toml").write_text('slurm_partition = "gpu"\ndocker_network = "bridge"\n')
     monkeypatch.setenv("FIBERLITE_SLURM_QOS", "high")
+    reread()
     assert (config.get("slurm_partition"), config.get("slurm_qos")) == ("gpu", "high")
     assert config.get("docker_network") == "bridge" and config.get("mount_working_dir") is True
     monkeypatch.setenv("FIBERLITE_MOUNT_WORKING_DIR", "maybe")
-    config._resolved = None
+    reread()
     with pytest.raises(ConfigError, match="'mount_working_dir' .*FIBERLITE_MOUNT_WORKING_DIR.*true or false"):
         config.settings()
     with pytest.raises(ConfigError, match="unknown setting 'slurm_partiton'.*slurm_partition"):
@@ -178,10 +191,11 @@ def test_a_plugin_backend_declares_settings_read_when_it_is_chosen(toy_plugin, m
     assert "toy_queue" not in config.SETTINGS  # entry points are not read for built-in backends
     monkeypatch.setenv("FIBERLITE_BACKEND", "toy")
     monkeypatch.setenv("FIBERLITE_TOY_QUEUE", "short")
+    reread()
     assert config.get("backend") == "toy" and config.get("toy_queue") == "short"
     assert config.get("toy_slots") == 2
     monkeypatch.setenv("FIBERLITE_TOY_SLOTS", "0")
-    config._resolved = None
+    reread()
     with pytest.raises(ConfigError, match="'toy_slots' .*FIBERLITE_TOY_SLOTS.*at least 1"):
         config.settings()
 
