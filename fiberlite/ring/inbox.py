@@ -13,8 +13,10 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import config
 from ..errors import RingError
 from ..runtime.hub import LOCAL_PEER, Servant
+from ..wire import liveness
 from .errors import RingTimeoutError
 
 
@@ -25,6 +27,7 @@ class RingMember(Servant):
         self._cond = threading.Condition(threading.Lock())
         self._boxes: dict[tuple, collections.deque] = {}
         self._rank_of_peer: dict[int, int] = {}
+        self._silent: set[int] = set()  # peers whose connection is given up as silent
         self.lost: dict[int, RingError] = {}   # rank -> why it cannot be heard from again
         self.error: RingError | None = None
         self.on_fail: Callable[[], None] | None = None   # also told when the ring is aborted
@@ -53,10 +56,16 @@ class RingMember(Servant):
             self.mark_lost(src, RingError(why, culprit))
         request.reply()
 
+    def peer_silent(self, peer: int) -> None:
+        self._silent.add(peer)
+
     def peer_lost(self, peer: int) -> None:
         rank = self._rank_of_peer.pop(peer, None)
-        if rank is not None:
-            self.mark_lost(rank, RingError(f"rank {rank} left the ring (connection lost)", rank))
+        silent = peer in self._silent
+        self._silent.discard(peer)
+        if rank is not None:  # (a rank cut off: said as its parent says it)
+            why = liveness.silence(config.get("peer_timeout")) if silent else "connection lost"
+            self.mark_lost(rank, RingError(f"rank {rank} left the ring ({why})", rank))
 
     def mark_lost(self, rank: int, error: RingError) -> None:
         with self._cond:

@@ -57,10 +57,11 @@ from .stream import MessageStream
 
 
 def _story_seconds() -> float:
-    """How long a member whose neighbour's link failed waits to hear why: as long as the
-    ring's parent may take to give a silent rank up (``peer_timeout``), and a second."""
+    """How long a member whose neighbour's link failed waits to hear why: twice what the
+    ring's parent takes to give a silent rank up (``peer_timeout``; a tick that comes
+    late on a loaded machine does not count, so it may take longer), and a second."""
     timeout = config.get("peer_timeout")
-    return (10.0 if timeout is None else float(timeout)) + 1.0
+    return 2 * (10.0 if timeout is None else float(timeout)) + 1.0
 
 
 class Member:

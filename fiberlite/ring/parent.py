@@ -30,6 +30,7 @@ from ..errors import RingError
 from ..process import Process
 from ..runtime.exit_codes import describe_exit
 from ..runtime.hub import ObjectRef, Servant, get_hub, unregister
+from ..wire import liveness
 from .errors import describe_failure
 from .job import _MemberMain
 from .report import MemberRates
@@ -318,7 +319,7 @@ class Ring:
         silent = self._silent.get(rank)
         if silent is None:
             return "connection lost"
-        return f"it answered nothing for {silent:g} s: its machine is gone, cut off or frozen?"
+        return liveness.silence(silent)
 
     def _on_exit(self, rank: int, code: int | None) -> None:
         with self._lock:

@@ -149,8 +149,7 @@ class Client:
         if self._closed_why is not None:
             return self._closed_why
         if self.silent_for is not None:
-            return (f"it answered nothing for {self.silent_for:g} s: its machine is gone, cut "
-                    f"off or frozen?")
+            return liveness.silence(self.silent_for)
         return "the job serving it has exited?"
 
     def _enter(self) -> None:

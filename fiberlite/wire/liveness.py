@@ -46,6 +46,11 @@ class Watched(Protocol):
         connection needs no more watching."""
 
 
+def silence(seconds: float) -> str:
+    """How an error says that a peer was given up as silent after ``seconds``."""
+    return f"it answered nothing for {seconds:g} s: its machine is gone, cut off or frozen?"
+
+
 def timeout() -> float:
     """The ``peer_timeout`` setting (0: connections are not watched)."""
     from .. import config

@@ -37,3 +37,29 @@ def test_a_wait_for_why_ends_at_an_abort_or_after_its_time():
     with pytest.raises(RingError, match="aborted"):
         inbox.check(2)
     aborting.join()
+
+
+class _Request:
+    def __init__(self, peer: int) -> None:
+        self.peer = peer
+
+    def reply(self, value=None) -> None:
+        pass
+
+
+def test_a_rank_whose_connection_was_given_up_as_silent_is_said_to_have_answered_nothing(monkeypatch):
+    """A rank cut off from the network: the member's own hub gives its connection up as
+    silent, perhaps before the parent's word comes; the member says what the parent says."""
+    from fiberlite import config
+    monkeypatch.setattr(config, "_overrides", dict(config._overrides, peer_timeout=3.0))
+    monkeypatch.setattr(config, "_resolved", None)
+    inbox = RingMember()
+    inbox.op_deliver(_Request(peer=7), 1, "tag", "from rank 1")
+    inbox.op_deliver(_Request(peer=8), 2, "tag", "from rank 2")
+    inbox.peer_silent(7)
+    inbox.peer_lost(7)
+    inbox.peer_lost(8)  # (ended without a word: its process is gone)
+    with pytest.raises(RingError, match=r"rank 1 left the ring \(it answered nothing for 3 s"):
+        inbox.check(1)
+    with pytest.raises(RingError, match=r"rank 2 left the ring \(connection lost\)"):
+        inbox.check(2)
