@@ -205,7 +205,7 @@ def bench_throughput(report: Report, args: Any) -> None:
             f"throughput_{'1' if chunksize == 1 else 'default'}",
             f"map(noop, {len(items):,} items), {label}, {workers} workers", unit="task", reference=MP,
             note=f"{repeats[chunksize]} repeats, the pools taking turns")
-    progress("throughput: starting both pools ...")
+    progress("throughput: starting the pools ...")
     runners: list[Runner] = []
     try:
         runners.append(fiberlite_runner(workers))
