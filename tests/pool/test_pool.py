@@ -240,6 +240,28 @@ def test_results_done_before_a_long_task_reach_the_master_while_it_runs():
     pool.join()
 
 
+def _gated_input(gate):
+    """1, then 2 once ``gate`` is set: an input that takes its time."""
+    yield 1
+    gate.wait(30)
+    yield 2
+
+
+@pytest.mark.parametrize("method", ["imap", "imap_unordered"])
+def test_imap_runs_what_it_read_while_its_input_waits(method):
+    """An input that takes its time (a generator reading a stream): the items it gave
+    are worked on meanwhile, as with the stdlib's pool."""
+    gate = threading.Event()
+    with Pool(1) as pool:
+        results = getattr(pool, method)(square, _gated_input(gate))
+        try:
+            assert results.next(timeout=20) == 1, "the first item waited for the second"
+        finally:
+            gate.set()
+        assert list(results) == [4]
+    pool.join()
+
+
 def _nap_index(pair):
     index, seconds = pair
     time.sleep(seconds)

@@ -12,6 +12,10 @@ them on the pool's dispatcher, as many at a time as ``allowance()`` says:
 - ``imap`` feeds on a thread of its own, as far as its consumer has made room in its
   window (``IMapIterator._reserve``); an item that cannot be pickled, or an input that
   raises, becomes the result at that position.
+
+An input that is not a list, tuple or range may take its time to give its next item (a
+generator reading a stream): each chunk read from it is queued before the next is asked
+for, so that the work already read runs meanwhile, as with the stdlib's pool.
 """
 from __future__ import annotations
 
@@ -62,6 +66,7 @@ def feed(dispatcher: Any, group: Any, source: Iterable, chunksize: int, method: 
     (then it is the last result); without it, the error is raised here (the chunks
     already queued still run)."""
     cut = pieces(source, chunksize)
+    read_ahead = type(source) in SLICEABLE  # (an iterator's next item may be slow to come)
     start = 0
     exhausted = False
     while not exhausted:
@@ -70,6 +75,9 @@ def feed(dispatcher: Any, group: Any, source: Iterable, chunksize: int, method: 
             return None
         chunks = []
         for _ in range(allowed):
+            if chunks and not read_ahead:  # what was read runs while the input waits
+                dispatcher.submit(group, chunks, seal=False)
+                chunks = []
             try:
                 piece = next(cut, None)
             except Exception as exc:  # the input raised: that is the result at this position
