@@ -262,6 +262,29 @@ def test_imap_runs_what_it_read_while_its_input_waits(method):
     pool.join()
 
 
+def test_a_workers_results_do_not_wait_for_the_answer_to_its_request_ahead(monkeypatch):
+    """A worker whose tasks are short asks for its next work before its queue runs dry;
+    once it has run out of work, its results go at once, not with the next request,
+    after the answer to the one ahead. Here that answer comes only with new work (as
+    a master too busy to answer would keep it)."""
+    from fiberlite.pool.master import dispatch
+    answer_at_once = dispatch.Dispatcher._next
+
+    def answer_with_work(self, request, wid, entries, values, want, prefetch, out):
+        answer_at_once(self, request, wid, entries, values, want, False, out)
+    monkeypatch.setattr(dispatch.Dispatcher, "_next", answer_with_work)
+    gate = threading.Event()
+    with Pool(1) as pool:
+        assert pool.map(square, range(20)) == [square(i) for i in range(20)]  # short tasks
+        results = pool.imap(square, _gated_input(gate))  # unfinished: the worker asks ahead
+        try:
+            assert results.next(timeout=20) == 1, "the result waited for the next work"
+        finally:
+            gate.set()
+        assert list(results) == [4]
+    pool.join()
+
+
 def _nap_index(pair):
     index, seconds = pair
     time.sleep(seconds)
