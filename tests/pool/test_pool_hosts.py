@@ -141,14 +141,48 @@ def test_maxtasksperchild_replaces_hosted_workers():
 
 
 def test_poison_task_fails_after_bounded_tries_in_hosts():
+    """A task that kills its worker fails, named with how it killed it (its host reports
+    that, however the worker reached the master)."""
     with Pool(3) as pool:
         results = [pool.apply_async(sigkill_on, (i,)) for i in range(8)]
         for i, result in enumerate(results):
             if i == 5:
-                with pytest.raises(WorkerLostError, match=r"sigkill_on\(5\)"):
+                with pytest.raises(WorkerLostError, match=r"sigkill_on\(5\)") as info:
                     result.get(60)
+                message = str(info.value)
+                assert "SIGKILL" in message and "connection lost" not in message
             else:
                 assert result.get(60) == i
+
+
+def _peers_by_worker(pool) -> dict[int, list[int]]:
+    return {wid: list(w.peers) for wid, w in pool._core.dispatcher.workers.items()}
+
+
+def test_hosted_workers_of_a_small_pool_reach_the_master_over_its_socket(machine_path):
+    """Workers forked in hosts on the master's machine send their requests over the
+    master's socket for workers of its machine, not through their host and nng."""
+    from fiberlite.pool.master.nearby import PEERS_BELOW
+    with Pool(6) as pool:
+        assert pool.map(nap, range(200)) == [i * i for i in range(200)]
+        assert [pool.apply(nap, (i,)) for i in range(6)] == [i * i for i in range(6)]
+        peers = _peers_by_worker(pool)
+        assert len(peers) == 6 and all(peers.values())
+        if machine_path == "shared":
+            assert all(p < -PEERS_BELOW for ps in peers.values() for p in ps), peers
+        else:  # through their hosts: the relay's stand-in for each worker's connection
+            assert pool._core.nearby is None
+            assert all(ps == [-wid] for wid, ps in peers.items()), peers
+
+
+def test_hosted_workers_of_a_large_pool_go_through_their_hosts(monkeypatch):
+    """Beyond a few dozen workers the master pays per host's message, not per worker's."""
+    from fiberlite.pool.master import core
+    monkeypatch.setattr(core, "NEARBY_HOSTED_MAX", 2)
+    with Pool(3) as pool:
+        assert pool.map(nap, range(100)) == [i * i for i in range(100)]
+        assert pool._core.nearby is None
+        assert all(ps == [-wid] for wid, ps in _peers_by_worker(pool).items())
 
 
 def _kill(pids, rng):

@@ -3,7 +3,10 @@
 The master sees a host as one connection to its :class:`~..master.relay.HostRelay`, however
 many workers the host runs; a worker sees its host as its master
 (:class:`~.upstream.HostUpstream`), over a socket of its own. So the master pays per
-message, not per worker, and each worker costs a fork (:mod:`.template`).
+message, not per worker, and each worker costs a fork (:mod:`.template`). A small pool's
+workers on the master's machine send their requests to the master's socket for them
+instead (:mod:`..master.nearby`), a hop shorter; the host still forks them, and reports
+how each ended.
 
 Three threads:
 
@@ -45,21 +48,24 @@ from .template import JOB_MARK, MAX_MESSAGE
 
 
 def host_main(relay: Any, hid: int, wids: list[int], initializer: Any, initargs: tuple,
-              maxtasks: int | None) -> None:
-    """The target of a host job: run workers ``wids`` (and their replacements)."""
+              maxtasks: int | None, nearby: tuple[str, str] | None = None) -> None:
+    """The target of a host job: run workers ``wids`` (and their replacements).
+    ``nearby``: the master's socket for the workers of its machine, ``(name, machine
+    id)``, which the workers use instead of this host where they share that machine."""
     raise_open_file_limit()  # a worker costs its host a descriptor
-    Host(relay, hid, initializer, initargs, maxtasks).run(wids)
+    Host(relay, hid, initializer, initargs, maxtasks, nearby).run(wids)
 
 
 class Host:
     """One host job: its fork template, the sockets of its workers, and its two threads."""
 
     def __init__(self, relay: Any, hid: int, initializer: Any, initargs: tuple,
-                 maxtasks: int | None) -> None:
+                 maxtasks: int | None, nearby: tuple[str, str] | None = None) -> None:
         self.relay = relay
         self.hid = hid
         me = current_process()
-        self.init_message = dumps_bytes((initializer, initargs, maxtasks, me.name, os.getpid()))
+        self.init_message = dumps_bytes((initializer, initargs, maxtasks, me.name, os.getpid(),
+                                         nearby))
         self.conns: dict[int, FrameSocket] = {}  # wid -> the worker's socket
         self.places = 0  # workers alive or asked for, and ended ones not yet decided on
         self.selector = WakingSelector()

@@ -176,12 +176,14 @@ def run_worker(sock: socket.socket, wid: int) -> int:
 
     from ...process import ParentProcess, Process
     from ...wire.frames import FrameSocket
-    from .upstream import HostUpstream
+    from .upstream import HostUpstream, NearbyUpstream
     from .worker import worker_main
     conn = FrameSocket(sock.detach())
-    initializer, initargs, maxtasks, host_name, host_pid = cloudpickle.loads(conn.recv_bytes())
-    upstream = HostUpstream(conn)
+    initializer, initargs, maxtasks, host_name, host_pid, nearby = \
+        cloudpickle.loads(conn.recv_bytes())
+    host = HostUpstream(conn)
+    upstream = host if nearby is None else NearbyUpstream(host, *nearby, presents=False)
     process = Process(target=worker_main, name=f"PoolWorker-{wid}", daemon=True,
                       args=(upstream, wid, initializer, initargs, maxtasks))
-    parent = ParentProcess(host_name, host_pid, upstream.lost)
+    parent = ParentProcess(host_name, host_pid, host.lost)
     return process._bootstrap(parent)

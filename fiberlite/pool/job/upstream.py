@@ -157,45 +157,47 @@ class HostUpstream:
 
 
 class NearbyUpstream:
-    """Requests to the master's dispatcher from a worker that is a job of its own.
+    """Requests to the master's dispatcher from a worker of the master's machine.
 
-    A request that waits for work (``next``, not a prefetch: the worker is idle, and a
-    task's round trip is its answer) goes over a Unix socket (:mod:`..master.nearby`)
-    when this job shares the master's machine (same kernel and network namespace, and
-    the ``share_machine`` setting on); the socket is used only once this process proved
-    the run's key on it. Everything else, and everything when there is no such socket,
-    goes over the hub connection (:class:`HubUpstream`): prefetches, results sent
-    one-way and give-backs travel while the worker computes, and nng's own threads
-    carry them without taking the master's Python threads from a busy caller.
+    Once the worker is idle for the first time (its first request that waits for
+    work), it dials a Unix socket of the master (:mod:`..master.nearby`) if it shares
+    the master's machine (same kernel and network namespace, and the ``share_machine``
+    setting on); the socket is used only once this process proved the run's key on it.
+    From then on every request goes over that socket: requests for work, those sent
+    ahead, results sent one-way and give-backs, each one system call each way, read
+    and written by the threads that make them. Before, and where there is no such
+    socket, they go the ``other`` way: the hub connection of a worker that is a job of
+    its own (:class:`HubUpstream`), or the host of a worker forked in one
+    (:class:`HostUpstream`), where nng's threads and the host's add hops of their own.
 
-    The two ways keep the order the dispatcher needs: a worker sends a request that
-    waits for work only once every earlier request for work was answered, and nothing
-    else while it waits."""
+    One way at a time keeps the order the dispatcher needs: a worker sends a request
+    that waits for work only once every earlier request for work was answered, and
+    nothing else while it waits. A worker that is a job of its own also presents its
+    hub connection, so that the hub giving its job up as silent (a frozen job) loses the
+    worker too; a host reports the end of its workers itself."""
 
-    def __init__(self, hub: HubUpstream, address: str | None, machine: str) -> None:
-        self.hub = hub
+    def __init__(self, other: Any, address: str | None, machine: str,
+                 presents: bool = True) -> None:
+        self.other = other  # the hub's way (HubUpstream) or the host's (HostUpstream)
         self.address = address  # the master's abstract socket name, None: none listens
         self.machine = machine  # the master's machine_id
+        self.presents = presents  # a job of its own: its hub connection is the worker's too
         self._way: Any = None
         self._choosing = threading.Lock()
 
-    @property
-    def ref(self) -> Any:
-        """The dispatcher's reference in the master's hub."""
-        return self.hub.ref
-
     def __getstate__(self) -> dict:
-        return {"hub": self.hub, "address": self.address, "machine": self.machine}
+        return {"other": self.other, "address": self.address, "machine": self.machine,
+                "presents": self.presents}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["hub"], state["address"], state["machine"])
+        self.__init__(state["other"], state["address"], state["machine"], state["presents"])
 
     def _chosen(self) -> Any:
         way = self._way
         if way is None:
             with self._choosing:
                 if self._way is None:
-                    self._way = self._dial() or self.hub
+                    self._way = self._dial() or self.other
                 way = self._way
         return way
 
@@ -218,14 +220,14 @@ class NearbyUpstream:
         return HostUpstream(FrameSocket(sock.detach()), "the pool's master")
 
     def _way_of(self, method: str, args: tuple) -> Any:
-        waits = method == "next" and not args[-1]  # (wid, entries, values, want, prefetch)
-        if not waits:
-            return self.hub
-        if self._way is None:
-            way = self._chosen()
-            if way is not self.hub:  # the hub's loss of this job (given up) is ours too
-                self.hub.cast("present", args[0])
-        return self._chosen()
+        if self._way is not None:
+            return self._way
+        if method != "next" or args[-1]:  # (wid, entries, values, want, prefetch)
+            return self.other  # not idle yet: the socket is dialed by the first wait
+        way = self._chosen()
+        if way is not self.other and self.presents:  # the hub's loss of this job is ours too
+            self.other.cast("present", args[0])
+        return way
 
     def begin(self, method: str, *args: Any) -> Any:
         way = self._way_of(method, args)
@@ -236,7 +238,7 @@ class NearbyUpstream:
         return way.finish(inner)
 
     def cast(self, method: str, *args: Any) -> None:
-        self.hub.cast(method, *args)
+        (self._way or self.other).cast(method, *args)
 
     def call(self, method: str, *args: Any) -> Any:
         return self.finish(self.begin(method, *args))

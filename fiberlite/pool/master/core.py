@@ -38,6 +38,9 @@ from .results import IMapIterator
 
 START_CONCURRENCY = 16  # jobs being created at once
 PIDS_TIMEOUT = 30.0  # seconds worker_processes waits for the pids of hosted workers being forked
+# a pool of at most this many workers: those hosted on this machine reach the dispatcher
+# over the nearby socket, a hop shorter; a larger one pays per host's message, not per worker's
+NEARBY_HOSTED_MAX = 64
 _cores: "weakref.WeakSet[Core]" = weakref.WeakSet()
 
 
@@ -72,7 +75,8 @@ class Core:
             self.relay = HostRelay(self.dispatcher, self._replacement, self.wake)
             self.relay_ref = get_hub().register(self.relay)
             self._hids = itertools.count(1)
-        self.nearby = self._listen_nearby() if self.per_job == 1 else None
+        small = processes <= NEARBY_HOSTED_MAX
+        self.nearby = self._listen_nearby() if self.per_job == 1 or small else None
         check_room(DESCRIPTORS_PER_JOB * math.ceil(processes / self.per_job), f"Pool({processes})")
         try:  # the first round here, so that an error is raised by Pool(); the supervisor
             self._start_jobs(min(processes, self._round()))  # starts the rest as it runs
@@ -238,11 +242,12 @@ class Core:
         hid = next(self._hids)
         wids = [next(self._wids) for _ in range(count)]
         for wid in wids:
-            self.dispatcher.add_worker(wid)
+            self.dispatcher.add_worker(wid, hosted=True)
         self.relay.add_host(hid, wids)
         process = self.process_type(
             target=host_main, name=f"PoolHost-{hid}", daemon=True,
-            args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks))
+            args=(self.relay_ref, hid, wids, self.initializer, self.initargs, self.maxtasks,
+                  self._nearby_address()))
         # the pool works with the jobs that start; a backend may size the job by its workers
         process.launch_options = replace(process.launch_options, waits_for_capacity=True,
                                          workers=count, forks_template=True)
@@ -260,7 +265,7 @@ class Core:
         if self.state == TERMINATE or not self.dispatcher.needs_workers():
             return None
         wid = next(self._wids)
-        return wid if self.dispatcher.add_worker_below(wid, self._wanted()) else None
+        return wid if self.dispatcher.add_worker_below(wid, self._wanted(), hosted=True) else None
 
     def _start_worker(self) -> None:
         wid = next(self._wids)
@@ -290,7 +295,11 @@ class Core:
         hub = HubUpstream(self.ref)
         if self.nearby is None:
             return hub
-        return NearbyUpstream(hub, self.nearby.address, machine_id())
+        return NearbyUpstream(hub, *self._nearby_address())
+
+    def _nearby_address(self) -> tuple[str, str] | None:
+        """``(socket name, machine id)`` of the socket of this machine's workers, if any."""
+        return None if self.nearby is None else (self.nearby.address, machine_id())
 
     def wake(self) -> None:
         try:

@@ -88,14 +88,16 @@ class Dispatcher(LockedServant):
             raise self.broken_error
         raise ValueError("Pool not running")
 
-    def add_worker(self, wid: int) -> None:
+    def add_worker(self, wid: int, hosted: bool = False) -> None:
+        """Worker ``wid`` is being started (``hosted``: forked in a host, which reports
+        its end)."""
         with self._lock:
-            self.roster.add(wid)
+            self.roster.add(wid, hosted)
 
-    def add_worker_below(self, wid: int, wanted: int) -> bool:
+    def add_worker_below(self, wid: int, wanted: int, hosted: bool = False) -> bool:
         """Add worker ``wid`` if fewer than ``wanted`` workers stay (see :meth:`staying`)."""
         with self._lock:
-            return self.roster.add_below(wid, wanted)
+            return self.roster.add_below(wid, wanted, hosted)
 
     def remove_worker(self, wid: int) -> None:
         """Forget a worker whose job could not be created."""
@@ -293,10 +295,12 @@ class Dispatcher(LockedServant):
         request.reply(None)
 
     def peer_lost(self, peer: int) -> None:
+        """Connection ``peer`` ended: its worker is lost, unless a host ran it (the host
+        says how it ended: killed by a signal, its exit code)."""
         out = Out()
         with self._lock:
             worker = self.roster.by_peer.pop(peer, None)
-            if worker is None:
+            if worker is None or worker.hosted:
                 return
             self._lose(worker, "connection lost", out)
             self._serve_idle(out)

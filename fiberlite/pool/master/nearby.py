@@ -1,14 +1,15 @@
 """The master's end of the workers that share its machine: a Unix socket each.
 
-A worker that is a job of its own on the master's machine sends its requests that wait
-for work (it is idle: the answer is the start of its next task) over a stream socket
-in Linux's abstract namespace (:class:`~..job.upstream.NearbyUpstream`) instead of its
-nng connection to the master's hub; its other requests keep the hub. A request and its
-answer are then one system call each way, read and written by the threads that make
-them, where nng adds threads of its own on both sides: in one run on the 2-core
-machine, a ping-pong of small messages between two processes took 190-250 us over nng
-and 27 us over a socket pair. Each connection proves the run's key before anything it
-sends is unpickled: the socket's door is the one every listener of fiberlite has
+A worker on the master's machine (a job of its own, or forked in a host of a small
+pool: :data:`~.core.NEARBY_HOSTED_MAX`) sends its requests over a stream socket in
+Linux's abstract namespace (:class:`~..job.upstream.NearbyUpstream`) instead of its nng
+connection to the master's hub or its host, from its first request that waits for work
+on. A request and its answer are then one system call each way, read and written by
+the threads that make them, where nng adds threads of its own on both sides (in one run
+on the 2-core machine, a ping-pong of small messages between two processes took
+190-250 us over nng and 27 us over a socket pair) and a host one more hop. Each
+connection proves the run's key before anything it sends is unpickled: the socket's
+door is the one every listener of fiberlite has
 (:class:`~fiberlite.wire.doorman.Doorman`: a deadline, a bound, nothing read but the
 handshake), which hands the connections that proved it to the reading thread.
 
@@ -18,9 +19,10 @@ relay does (:mod:`.relay`): the dispatcher's bookkeeping is the same whichever w
 request came. Answers are written by whichever thread makes them, without waiting: what
 a full socket does not take now is written by the reading thread once it has room. A
 connection that ends is the dispatcher's ``peer_lost``, as a hub connection's would be:
-what the worker held goes back to the queue. Such a worker also presents its hub
-connection (``present``), so that the hub giving its job up as silent (a frozen job)
-loses the worker too.
+what the worker held goes back to the queue (for a hosted worker, once its host says
+how it ended). A worker that is a job of its own also presents its hub connection
+(``present``), so that the hub giving its job up as silent (a frozen job) loses the
+worker too.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from .dispatch import Dispatcher
 log = logging.getLogger(__name__)
 
 _DONTWAIT = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
+PEERS_BELOW = 1 << 48  # a connection's peer number is below minus this: not a host's -wid
 
 
 def available() -> bool:
@@ -175,7 +178,7 @@ class NearbyWorkers:
             writable, self._writable = self._writable, []
         for sock in proven:
             self._peers += 1
-            conn = _Connection(sock, -self._peers)
+            conn = _Connection(sock, -(PEERS_BELOW + self._peers))
             self._selector.register(conn, selectors.EVENT_READ, conn)
         for conn in writable:
             if not conn.gone:

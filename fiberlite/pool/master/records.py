@@ -54,11 +54,12 @@ def order(chunk: Chunk) -> tuple[int, int]:
 class Worker:
     """The master's record of one worker job."""
 
-    __slots__ = ("wid", "peers", "ready", "gone", "retiring", "leaving", "held", "groups",
-                 "forget", "waiting", "want", "suspect", "init_error")
+    __slots__ = ("wid", "hosted", "peers", "ready", "gone", "retiring", "leaving", "held",
+                 "groups", "forget", "waiting", "want", "suspect", "init_error")
 
-    def __init__(self, wid: int) -> None:
+    def __init__(self, wid: int, hosted: bool = False) -> None:
         self.wid = wid
+        self.hosted = hosted  # forked in a host, which reports how it ended
         self.peers: list[int] = []  # its connections: the hub's, the nearby socket's
         self.ready = False  # it asked for work (its initializer succeeded)
         self.gone = False

@@ -25,14 +25,14 @@ class Roster:
         self.start_failures = self.start_kills = 0
         self.last_failure = ""
 
-    def add(self, wid: int) -> None:
-        self.workers[wid] = Worker(wid)
+    def add(self, wid: int, hosted: bool = False) -> None:
+        self.workers[wid] = Worker(wid, hosted)
 
-    def add_below(self, wid: int, wanted: int) -> bool:
+    def add_below(self, wid: int, wanted: int, hosted: bool = False) -> bool:
         """Add worker ``wid`` if fewer than ``wanted`` workers stay (see :meth:`staying`)."""
         if self.staying() >= wanted:
             return False
-        self.add(wid)
+        self.add(wid, hosted)
         return True
 
     def pop(self, wid: int) -> Worker | None:
