@@ -21,7 +21,11 @@ class _Upstream:
         self.sent.append((method, args))
 
     def finish(self, handle):
-        return [], {}, []
+        self.sent.append(("answer", handle))
+        return [], {}, [], False
+
+    def call(self, method: str, *args):
+        return self.finish(self.begin(method, *args))
 
 
 def _worker(ema: float) -> _Worker:
@@ -80,3 +84,17 @@ def test_a_new_calls_first_chunk_sizes_the_batches_afresh():
     assert worker._want() == 1
     worker._run((1, 2, pack([-1])))  # a chunk of another call, done in microseconds
     assert worker.ema < 0.001 and worker._want() > 1
+
+
+def test_an_exiting_worker_waits_until_the_master_has_its_last_results():
+    """The master may hear of a worker's end another way than from the worker (its host,
+    its job's exit): had the last results not reached it by then, it would take their
+    chunks back and run them again. A worker that exits hands them in and waits for the
+    answer, which comes after what it sent one-way before."""
+    worker = _worker(0.005)
+    worker._run((1, 1, pack([-1])))
+    worker.exiting = True  # the master said: exit
+    assert worker._next() is None
+    (method, (wid, entries, values)), answer = worker.up.sent
+    assert (method, wid, entries, unpack(values)) == ("done", 1, [(1, None)], [[1]])
+    assert answer == ("answer", 1), "the worker left before the master had its results"

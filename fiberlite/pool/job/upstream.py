@@ -185,6 +185,11 @@ class NearbyUpstream:
         self._way: Any = None
         self._choosing = threading.Lock()
 
+    @property
+    def ref(self) -> Any:
+        """The dispatcher's reference in the master's hub (its hub's way)."""
+        return self.other.ref
+
     def __getstate__(self) -> dict:
         return {"other": self.other, "address": self.address, "machine": self.machine,
                 "presents": self.presents}

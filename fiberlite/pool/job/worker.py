@@ -188,6 +188,17 @@ class _Worker:
             entries, values = self._take_results()
             self.up.cast("done", self.wid, entries, values)
 
+    def _hand_in(self) -> None:
+        """(exiting) Send the results not sent yet and wait until the master has taken
+        them, and those sent one-way before. The master may hear of this worker's end
+        another way (its host, its job's exit) and would take back, to run again, the
+        chunks whose results had not reached it yet."""
+        entries, values = self._take_results()
+        try:
+            self.up.call("done", self.wid, entries, values)
+        except ConnectionLost:
+            pass  # (the master is gone: nothing to hand in to)
+
     def _want(self) -> int:
         ema = self.ema
         if ema is None or ema >= PREFETCH_LIMIT:
@@ -253,7 +264,7 @@ class _Worker:
             queue = self.queue
             while not queue:
                 if self.exiting:
-                    self._flush()
+                    self._hand_in()
                     return None
                 if self.outstanding is None:
                     self._ask(self._want())  # with our results; want 0: out of budget, retire
