@@ -102,22 +102,49 @@ def test_a_frozen_worker_is_lost_killed_and_its_tasks_done_by_others(one_worker_
         eventually(lambda: victim not in {p.pid for p in pool._pool}, 30, "the killed worker's replacement")
 
 
-def test_a_frozen_pool_host_is_lost_with_its_workers_and_their_tasks_done_by_others(given_up):
+def map_with_frozen_host(pool) -> tuple:
+    """A map of the pool (two hosts) begun, then the first host frozen: ``(its Process,
+    its pid, the map's result)``."""
+    pool.map(square_where, range(16), chunksize=1)
+    hosts = list(pool._core.procs.values())
+    assert len(hosts) == 2
+    host, pid = hosts[0], hosts[0].pid
+    result = pool.map_async(square_where, range(TASKS), chunksize=1)
+    freeze(pid)
+    return host, pid, result
+
+
+@pytest.fixture
+def two_workers_per_host():
     fiberlite.init(workers_per_job=2)
-    try:
-        with fiberlite.Pool(4) as pool:
-            pool.map(square_where, range(16), chunksize=1)
-            hosts = list(pool._core.procs.values())
-            assert len(hosts) == 2
-            host, pid = hosts[0], hosts[0].pid
-            result = pool.map_async(square_where, range(TASKS), chunksize=1)
-            freeze(pid)   # its workers run on, but nothing reaches the master
-            exact_results(result)
-            assert given_up == [host.name]
-            eventually(lambda: not psutil.pid_exists(pid), 30, "the killed host's end")
-            eventually(lambda: host not in pool._core.procs.values(), 30, "the host's replacement")
-    finally:
-        fiberlite.init(workers_per_job=None)
+    yield
+    fiberlite.init(workers_per_job=None)
+
+
+def test_a_frozen_pool_host_is_lost_with_its_workers_and_their_tasks_done_by_others(
+        two_workers_per_host, given_up, monkeypatch):
+    """The hosted workers of a large pool reach the master through their host."""
+    from fiberlite.pool.master import core
+    monkeypatch.setattr(core, "NEARBY_HOSTED_MAX", 0)
+    with fiberlite.Pool(4) as pool:
+        host, pid, result = map_with_frozen_host(pool)  # its workers' messages wait in it
+        exact_results(result)
+        assert given_up == [host.name]
+        eventually(lambda: not psutil.pid_exists(pid), 30, "the killed host's end")
+        eventually(lambda: host not in pool._core.procs.values(), 30, "the host's replacement")
+
+
+def test_a_frozen_pool_host_holds_up_none_of_the_work_of_its_workers_on_the_masters_socket(
+        two_workers_per_host, given_up):
+    """The hosted workers of a small pool reach the master over its socket: their host
+    frozen, they work on; it is still given up, and its workers are lost with it."""
+    with fiberlite.Pool(4) as pool:
+        host, pid, result = map_with_frozen_host(pool)
+        exact_results(result)
+        eventually(lambda: given_up == [host.name], TIMEOUT + 10, "the frozen host's loss")
+        eventually(lambda: not psutil.pid_exists(pid), 30, "the killed host's end")
+        eventually(lambda: host not in pool._core.procs.values(), 30, "the host's replacement")
+        exact_results(pool.map_async(square_where, range(TASKS), chunksize=1))
 
 
 def test_a_worker_that_comes_back_after_the_timeout_is_fenced(one_worker_per_job, given_up, monkeypatch):
