@@ -10,6 +10,8 @@ from fiberlite.pool.job.worker import _Worker
 class _Upstream:
     """Stands for the worker's way to the master: keeps what is sent."""
 
+    direct = False
+
     def __init__(self) -> None:
         self.sent: list[tuple[str, tuple]] = []
 

@@ -59,6 +59,8 @@ def receive_message(conn: Any) -> Any:
 class HubUpstream:
     """Requests to the master's dispatcher over this job's connection to its hub."""
 
+    direct = False  # (see NearbyUpstream.direct)
+
     def __init__(self, ref: Any) -> None:
         self.ref = ref
         self._client: Any = None
@@ -96,6 +98,8 @@ class HostUpstream:
     ``(seq, ok, value)`` down. Two threads may wait at once (the worker's main thread and
     its watchdog): whichever reads the socket files the answers it finds for the other.
     """
+
+    direct = False  # (see NearbyUpstream.direct)
 
     def __init__(self, conn: Any, peer: str = "the pool's host") -> None:
         self.conn = conn
@@ -189,6 +193,12 @@ class NearbyUpstream:
     def ref(self) -> Any:
         """The dispatcher's reference in the master's hub (its hub's way)."""
         return self.other.ref
+
+    @property
+    def direct(self) -> bool:
+        """Whether requests go over the master's socket, where one more message costs the
+        master little (a host's posts carry many workers' messages at once)."""
+        return self._way is not None and self._way is not self.other
 
     def __getstate__(self) -> dict:
         return {"other": self.other, "address": self.address, "machine": self.machine,

@@ -268,8 +268,8 @@ class _Worker:
                     return None
                 if self.outstanding is None:
                     self._ask(self._want())  # with our results; want 0: out of budget, retire
-                elif self.entries:  # idle until the prefetch's answer: results go first
-                    self._flush()
+                elif self.entries and self.up.direct:  # idle until the prefetch's answer:
+                    self._flush()  # results go first, where a message more is cheap
                 ctx, self.outstanding = self.outstanding, None
                 self._absorb(self._finish(ctx))  # a prefetch's answer is prompt (maybe empty)
             chunk = queue.popleft()
