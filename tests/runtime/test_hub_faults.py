@@ -22,6 +22,7 @@ import pytest
 
 import fiberlite
 from fiberlite.runtime.lanes import shared as lanes
+from fiberlite.runtime.links import servant as link_servant
 import link_jobs
 from fiberlite.runtime.hub import get_hub
 from waiting import eventually
@@ -128,6 +129,9 @@ def path(request, monkeypatch):
     path of other machines), each read goes through the creator's hub."""
     if request.param == "hub":
         monkeypatch.setattr(lanes, "enabled", lambda: False)
+        # nor a link: a reader alone for RELINK_QUIET (its rivals being replaced, or slow
+        # to run on a loaded machine) would be linked and read over it
+        monkeypatch.setattr(link_servant, "RELINK_QUIET", float("inf"))
     return request.param
 
 
