@@ -167,18 +167,20 @@ class NearbyUpstream:
     work), it dials a Unix socket of the master (:mod:`..master.nearby`) if it shares
     the master's machine (same kernel and network namespace, and the ``share_machine``
     setting on); the socket is used only once this process proved the run's key on it.
-    From then on every request goes over that socket: requests for work, those sent
-    ahead, results sent one-way and give-backs, each one system call each way, read
-    and written by the threads that make them. Before, and where there is no such
-    socket, they go the ``other`` way: the hub connection of a worker that is a job of
-    its own (:class:`HubUpstream`), or the host of a worker forked in one
-    (:class:`HostUpstream`), where nng's threads and the host's add hops of their own.
+    From then on a worker forked in a host sends every request over that socket:
+    requests for work, those sent ahead, results sent one-way and give-backs, each one
+    system call each way, read and written by the threads that make them. A worker that
+    is a job of its own sends only its requests that wait for work there: what it sends
+    while it works keeps its hub connection, which the hub closes when it gives the job
+    up as silent, so that nothing a frozen job sends once it comes back is taken (it
+    also presents that connection, so that its loss loses the worker). Before, and where
+    there is no such socket, requests go the ``other`` way: the hub connection
+    (:class:`HubUpstream`), or the host (:class:`HostUpstream`), where nng's threads and
+    the host's add hops of their own; a host reports the end of its workers itself.
 
-    One way at a time keeps the order the dispatcher needs: a worker sends a request
-    that waits for work only once every earlier request for work was answered, and
-    nothing else while it waits. A worker that is a job of its own also presents its
-    hub connection, so that the hub giving its job up as silent (a frozen job) loses the
-    worker too; a host reports the end of its workers itself."""
+    The ways keep the order the dispatcher needs: a worker sends a request that waits
+    for work only once every earlier request for work was answered, and nothing else
+    while it waits."""
 
     def __init__(self, other: Any, address: str | None, machine: str,
                  presents: bool = True) -> None:
@@ -235,10 +237,11 @@ class NearbyUpstream:
         return HostUpstream(FrameSocket(sock.detach()), "the pool's master")
 
     def _way_of(self, method: str, args: tuple) -> Any:
-        if self._way is not None:
+        waits = method == "next" and not args[-1]  # (wid, entries, values, want, prefetch)
+        if self._way is not None and (waits or not self.presents):
             return self._way
-        if method != "next" or args[-1]:  # (wid, entries, values, want, prefetch)
-            return self.other  # not idle yet: the socket is dialed by the first wait
+        if not waits:  # not idle yet (the socket is dialed by the first wait), or a job's
+            return self.other  # own: what it sends while it works is fenced with its hub's
         way = self._chosen()
         if way is not self.other and self.presents:  # the hub's loss of this job is ours too
             self.other.cast("present", args[0])
@@ -253,7 +256,7 @@ class NearbyUpstream:
         return way.finish(inner)
 
     def cast(self, method: str, *args: Any) -> None:
-        (self._way or self.other).cast(method, *args)
+        (self.other if self._way is None or self.presents else self._way).cast(method, *args)
 
     def call(self, method: str, *args: Any) -> Any:
         return self.finish(self.begin(method, *args))
