@@ -26,7 +26,7 @@ from side_run import SideRun, launch
 ENV = "FIBERLITE_TEST_SIDE_LEG"  # the leg's name, in a leg's own pytest: it does not split again
 MARKERS = ("docker", "kubernetes", "slurm")
 BENCHMARK_FILES = ("tests/test_benchmarks_smoke.py",)  # the benchmark scripts' runs
-SHARE_FILES = (  # about 450 s of the suite's 760 when it ran alone, half of it waiting
+SHARE_FILES = (  # about 480 s of the suite's 790 when it ran alone, half of it waiting
     "tests/cli/test_cli.py",
     "tests/runtime/test_hub_faults.py",
     "tests/runtime/test_liveness_jobs.py",
@@ -38,6 +38,7 @@ SHARE_FILES = (  # about 450 s of the suite's 760 when it ran alone, half of it 
     "tests/runtime/test_link_faults.py",
     "tests/pool/test_pool_faults.py",
     "tests/pool/test_pool_hosts.py",
+    "tests/test_sigint.py",  # 30 s, two thirds of it waiting for its jobs' interrupts
 )
 LEGS = ("side", "share")
 CONTAINERS = ("docker", "kubernetes")  # in the leg, these come last: the image builds meanwhile
