@@ -1,7 +1,10 @@
-"""Parsing of resource quantities (memory sizes, CPU counts) as Kubernetes writes them."""
+"""Parsing of resource quantities (memory sizes, CPU counts) as Kubernetes writes them,
+and the check of a blocking call's timeout."""
 from __future__ import annotations
 
+import math
 import re
+from typing import Any
 
 _SUFFIXES = {
     "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
@@ -62,3 +65,10 @@ def format_memory(size: int) -> str:
         if size % unit == 0:
             return f"{size // unit}{suffix}"
     return str(size)
+
+
+def check_timeout(timeout: Any) -> None:
+    """Refuse a timeout that is not a real number (``TypeError: must be real number, not
+    str``), as ``multiprocessing`` does before it takes anything; None (no limit) passes."""
+    if timeout is not None and type(timeout) is not float and type(timeout) is not int:
+        math.isnan(timeout)  # (reads it as the C code of multiprocessing does)

@@ -26,6 +26,7 @@ from threading import BrokenBarrierError
 from typing import Any, Callable
 
 from ..runtime.shm import sync
+from ..units import check_timeout
 from ..runtime.shm.arena import CREATOR_SLOT, Block
 from ..runtime.shm.remote import SLICE
 from . import condvar
@@ -312,6 +313,7 @@ class Barrier(SharedPrimitive):
         """Wait for all parties; return this party's arrival index (0 .. parties-1)."""
         if timeout is None:
             timeout = self._timeout
+        check_timeout(timeout)
         has_action = self._action is not None
         if self._local:
             reply = self._barrier.arrive(self._slot, timeout, has_action)

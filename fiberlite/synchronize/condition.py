@@ -10,6 +10,7 @@ import time
 from typing import Any, Callable
 
 from ..runtime.shm.place import Place, view
+from ..units import check_timeout
 from . import condvar
 from .locks import RLock, _LockBase
 from .shared import blocking_call, caller, remote_call
@@ -71,6 +72,7 @@ class Condition:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Release the lock, wait for a notify (or ``timeout``), re-acquire it; False on timeout."""
+        check_timeout(timeout)
         cells = self._cells
         if cells is not None:
             return condvar.wait(cells[0], cells[1], self._holder, timeout)

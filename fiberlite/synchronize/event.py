@@ -12,6 +12,7 @@ from typing import Any
 
 from ..runtime.hub import current_hub
 from ..runtime.shm import sync
+from ..units import check_timeout
 from ..runtime.shm.arena import Block, arena
 from ..runtime.shm.remote import NOT_YET, Waits
 from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call, remote_post
@@ -165,7 +166,9 @@ class Event(SharedPrimitive):
         if self._local:
             if self._words[0]:
                 return True
+            check_timeout(timeout)
             return sync.wait_while(self._flag, 0, self._sleepers, timeout) != 0
+        check_timeout(timeout)
         return blocking_call(self._ref, "wait", timeout)
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.shm import sync
+from ..units import check_timeout
 from ..runtime.shm.arena import CREATOR_SLOT, Block, arena
 from ..runtime.shm.place import Place
 from ..runtime.shm.remote import Waits
@@ -150,6 +151,7 @@ class _LockBase(SharedPrimitive):
 
     def _acquire_remote(self, block: bool = True, timeout: float | None = None) -> bool:
         """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
+        check_timeout(timeout)
         bound = self._carry
         if bound is None or carry.live(bound[0]) is not None:  # (held already: a copy is in use)
             self._settle()

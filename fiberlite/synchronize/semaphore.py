@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.shm import sync
+from ..units import check_timeout
 from ..runtime.shm.arena import CREATOR_SLOT, Block
 from .shared import BlockServant, SharedPrimitive, blocking_call, remote_call
 
@@ -91,6 +92,7 @@ class Semaphore(SharedPrimitive):
 
     def _acquire_remote(self, block: bool = True, timeout: float | None = None) -> bool:
         """Decrement the counter, waiting up to ``timeout`` while it is zero; True if done."""
+        check_timeout(timeout)
         return blocking_call(self._ref, "acquire", block, timeout, undo_grant=True)
 
     def _release_remote(self) -> None:

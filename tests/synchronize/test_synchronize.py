@@ -543,3 +543,49 @@ def test_barrier_party_killed_while_waiting_breaks_it(machine_path):
     p.join(WAIT)
     with pytest.raises(BrokenBarrierError):
         barrier.wait(WAIT)
+
+
+# -- a timeout that is no number ------------------------------------------------------------
+def refusals_of_a_timeout_that_is_no_number(lock, sem, event, cond, barrier):
+    """What each blocking call does with the timeout "soon": its TypeError's message, or
+    what it returned (and what it took, given back) if it took the timeout."""
+    def waiting_on_cond():
+        with cond:
+            return cond.wait("soon")
+    calls = {"Lock.acquire": (lambda: lock.acquire(timeout="soon"), lock.release),
+             "Semaphore.acquire": (lambda: sem.acquire(True, "soon"), sem.release),
+             "Event.wait": (lambda: event.wait("soon"), None),
+             "Condition.wait": (waiting_on_cond, None),
+             "Barrier.wait": (lambda: barrier.wait("soon"), None)}
+    said = {}
+    for name, (call, give_back) in calls.items():
+        try:
+            said[name] = f"returned {call()!r}"
+        except TypeError as exc:
+            said[name] = str(exc)
+        else:
+            if give_back is not None:
+                give_back()
+    return said
+
+
+def report_refusals(out, *primitives):
+    out.put(refusals_of_a_timeout_that_is_no_number(*primitives))
+
+
+def test_a_timeout_that_is_no_number_is_refused_before_anything_is_taken(machine_path):
+    """As multiprocessing: TypeError, in the creator and in a job (whose calls go through
+    the creator's hub on the hub's leg), and the lock and the semaphore stay free, even
+    where they were free to take at once."""
+    primitives = (fiberlite.Lock(), fiberlite.Semaphore(1), fiberlite.Event(), fiberlite.Condition(),
+                  fiberlite.Barrier(1))
+    refused = {name: "must be real number, not str" for name in
+               ("Lock.acquire", "Semaphore.acquire", "Event.wait", "Condition.wait", "Barrier.wait")}
+    assert refusals_of_a_timeout_that_is_no_number(*primitives) == refused
+    out = fiberlite.Queue()
+    job = _start(report_refusals, out, *primitives)
+    assert out.get(timeout=WAIT) == refused
+    job.join(WAIT)
+    assert job.exitcode == 0
+    lock, sem = primitives[:2]
+    assert lock.acquire(False) and sem.acquire(False)

@@ -47,6 +47,7 @@ from _multiprocessing import SemLock
 from ctypes import addressof, c_uint32
 from typing import Any
 
+from ...units import check_timeout
 from .. import exit_order
 
 RECURSIVE_KIND, SEMAPHORE_KIND = 0, 1  # multiprocessing.synchronize.RECURSIVE_MUTEX, SEMAPHORE
@@ -260,6 +261,8 @@ def _acquirer(semlock: SemLock, words: memoryview, base: int) -> Any:
 
     def acquire(block: bool = True, timeout: float | None = None) -> bool:
         """Acquire the lock; wait up to ``timeout`` seconds (None: forever). True if acquired."""
+        if timeout is not None:
+            check_timeout(timeout)
         if take(False) or (block and _contended(semlock, timeout)):
             words[0] = base
             return True

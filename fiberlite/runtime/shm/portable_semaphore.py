@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ...units import check_timeout
 from .portable import THREAD_BITS, VALUE_MAX, _check_slot, _create, _enter_guard, _open, _taken_by
 
 HELD = 24
@@ -119,6 +120,7 @@ class Semaphore:
     # -- operations -------------------------------------------------------------------------
     def acquire_as(self, slot: int, block: bool = True, timeout: float | None = None) -> bool:
         """Take a unit for the process of ``slot``, waiting up to ``timeout`` for one."""
+        check_timeout(timeout)
         words = self._words
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:

@@ -76,5 +76,11 @@ int fast_wait_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
             return -1;
         }
     }
+    /* a timeout that is no real number is refused before anything is taken, as by multiprocessing */
+    if (*timeout && *timeout != Py_None && !PyFloat_CheckExact(*timeout) && !PyLong_CheckExact(*timeout)) {
+        double t = PyFloat_AsDouble(*timeout);
+        if (t == -1.0 && PyErr_Occurred())
+            return -1;
+    }
     return 0;
 }
