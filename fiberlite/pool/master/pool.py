@@ -21,9 +21,10 @@ accumulates tasks that an idle one could run.
   work is pending the request is kept (parked) and answered when work arrives: no
   polling, and the hub thread never blocks. A worker that is a job of its own on the
   master's machine sends such a request that waits for work over a Unix socket of the
-  master's (:mod:`.nearby`) instead of the hub; workers in a host job, through their host.
+  master's (:mod:`.nearby`) instead of the hub, and so do the workers forked in the host
+  jobs of a pool of at most 64; those of a larger pool, through their host.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
-  about 20 ms of work and sends its next request (a *prefetch*) once less than half of
+  about 40 ms of work and sends its next request (a *prefetch*) once less than half of
   that is queued, as long as the master said more work is to come (the reply's
   ``more``), so one batch travels while the other runs; a prefetch is answered at
   once, empty if there is no work, so results never wait behind it. For long tasks it
