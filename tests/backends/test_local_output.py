@@ -61,3 +61,19 @@ def test_the_end_of_the_output_is_kept_with_the_dashboard_on(tmp_path):
 
 def test_nothing_is_kept_with_the_dashboard_off(tmp_path):
     assert run(tmp_path, 10, "off")[2] == ""
+
+
+def test_copied_output_is_written_in_whole_lines_no_other_writer_can_cut(monkeypatch):
+    """The copier reads a job's pipe in large pieces; it writes them on in pieces no
+    larger than a pipe writes at once (``PIPE_BUF``), cut where lines end, so that the
+    master's own messages on the same stderr never land inside a job's line (a run once
+    saw ``err 1287fiberlite: dashboard at ...``)."""
+    from fiberlite.backends.local import output
+    pieces: list[bytes] = []
+    monkeypatch.setattr(output, "write_all", lambda fd, data: pieces.append(bytes(data)))
+    data = b"".join(f"err {i}\n".encode() for i in range(3000)) + b"x" * (3 * output.ATOMIC) + b"\nend"
+    output.write_lines(2, data)
+    assert b"".join(pieces) == data
+    assert len(pieces) > 3 and all(len(piece) <= output.ATOMIC for piece in pieces)
+    for piece in pieces[:-1]:  # whole lines, but where one line is longer than a piece
+        assert piece.endswith(b"\n") or (len(piece) == output.ATOMIC and b"\n" not in piece)

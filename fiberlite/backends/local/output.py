@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import selectors
 import threading
 
 KEEP = 64 * 1024  # bytes of a job's output kept
 READ = 64 * 1024  # bytes read at once
+ATOMIC = getattr(select, "PIPE_BUF", 512)  # a write to a pipe this small is never cut by another's
 
 
 class OutputTail:
@@ -118,7 +120,21 @@ class OutputCopier:
             tail.stream_ended(target)
             return
         tail.add(target, data)
-        write_all(target, data)
+        write_lines(target, data)
+
+
+def write_lines(fd: int, data: bytes) -> None:
+    """Write ``data`` in pieces of at most :data:`ATOMIC` bytes that end where a line does,
+    so that another writer of the same pipe (this process's own messages) never lands in
+    the middle of a line, as it could not in the job's own writes of its lines."""
+    start = 0
+    while len(data) - start > ATOMIC:
+        cut = data.rfind(b"\n", start, start + ATOMIC) + 1
+        if cut <= start:  # a line longer than that: it cannot be kept whole anyway
+            cut = start + ATOMIC
+        write_all(fd, data[start:cut])
+        start = cut
+    write_all(fd, data[start:])
 
 
 def write_all(fd: int, data: bytes) -> None:
