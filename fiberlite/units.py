@@ -67,6 +67,16 @@ def format_memory(size: int) -> str:
     return str(size)
 
 
+def human_bytes(size: int) -> str:
+    """``size`` bytes for people: ``812 B``, ``4.0 KiB``, ``45.2 MiB``, ``3.6 TiB``."""
+    amount = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{size} B" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    raise AssertionError("unreachable")
+
+
 def check_timeout(timeout: Any) -> None:
     """Refuse a timeout that is not a real number (``TypeError: must be real number, not
     str``), as ``multiprocessing`` does before it takes anything; None (no limit) passes."""

@@ -3,6 +3,7 @@ of the creator's machine, reached through its hub from the others (``machine_pat
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import threading
 
@@ -246,3 +247,30 @@ def test_a_plain_ctypes_object_still_travels_by_value():
     q.put(ctypes.c_int(9))
     got = q.get(timeout=WAIT)
     assert got.value == 9 and ctypes.addressof(got) != ctypes.addressof(shared)
+
+
+def test_an_array_larger_than_the_memory_left_is_refused_at_once():
+    """The stdlib zero-fills an Array as it makes it: one larger than the machine's memory
+    fails then (or never finishes). Its memory here comes as it is written, so without a
+    check it would be made at once, and its process killed by SIGBUS at a later write."""
+    from fiberlite.runtime.shm import room
+    left = room.available()
+    assert left is not None, "Linux tells the memory available"
+    items = (left // ctypes.sizeof(ctypes.c_int)) * 4  # four times what is left
+    with pytest.raises(MemoryError, match=r"cannot allocate .* of shared memory.*available"):
+        fiberlite.Array("i", items)
+    with pytest.raises(MemoryError, match="Make it smaller"):
+        fiberlite.RawArray("b", left + (1 << 30))
+
+
+def test_a_large_array_gets_its_memory_as_it_is_made():
+    """What it will be written to is reserved now: a machine short of memory fails here,
+    with an error, not later at a write."""
+    from fiberlite.runtime.shm.arena import arena
+    size = 8 << 20
+    arr = fiberlite.RawArray("b", size)
+    (segment,) = [s for s in arena()._segments.values() if s.size >= size]
+    assert os.fstat(segment.fd).st_blocks * 512 >= size, "the memory was left to come at writes"
+    assert arr[0] == 0 and arr[size - 1] == 0
+    arr[size - 1] = 7
+    assert arr[size - 1] == 7

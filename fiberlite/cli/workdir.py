@@ -17,7 +17,8 @@ import sys
 
 from .. import config
 from ..backends import Backend, TreeArchive
-from ..runtime.tree.pack import human, pack
+from ..runtime.tree.pack import pack
+from ..units import human_bytes
 from .common import CliError
 
 ENTER = ["python", "-m", "fiberlite.runtime.tree.enter"]
@@ -74,6 +75,6 @@ def master_command(args: argparse.Namespace, target: Backend, run_id: str
     cwd = here if _inside(here, root) else root
     tree = pack(root, config.get("working_dir_limit"))
     sys.stderr.write(f"fiberlite: run {run_id}: sending {root} ({tree.files} files, "
-                     f"{human(tree.size)}, {human(len(tree.data))} packed)\n")
+                     f"{human_bytes(tree.size)}, {human_bytes(len(tree.data))} packed)\n")
     command = [*ENTER, "--cwd", os.path.relpath(cwd, root), os.path.relpath(script, cwd), *args.args]
     return command, TreeArchive(tree.digest, tree.data), {}

@@ -10,7 +10,8 @@ header, the arena's random cookie and the segment's id, by which a process that 
 checks that it really is the memory it was told about (:mod:`.attach`).
 
 Small blocks come from 1 MiB segments, by size class; a block of a quarter of a segment
-or more gets a segment of its own, closed once the block is freed. Blocks are aligned
+or more gets a segment of its own, closed once the block is freed, and given its memory
+as it is made (:mod:`.room`: one too large for the memory left is a ``MemoryError``). Blocks are aligned
 to 64 bytes (a cache line), so that two primitives never share one.
 
 Processes that use the memory are told apart by *slot* (:class:`Slots`): the memory's
@@ -28,7 +29,7 @@ import sys
 import threading
 from typing import Callable
 
-from . import sync
+from . import room, sync
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,11 @@ def _size_class(size: int) -> int:
 class Segment:
     """One memfd and this process's mapping of it."""
 
-    def __init__(self, seg_id: int, size: int, cookie: bytes) -> None:
+    def __init__(self, seg_id: int, size: int, cookie: bytes, large: bool = False) -> None:
         self.id = seg_id
         self.size = size
+        if large:  # (too large: a MemoryError now, not SIGBUS at a write)
+            room.check_room(size)
         if not SHAREABLE:  # this process's own memory: its door stays shut (door.py)
             self.fd = -1
             self.map = mmap.mmap(-1, size)
@@ -65,6 +68,8 @@ class Segment:
             self.fd = os.memfd_create(f"fiberlite-{os.getpid()}-{seg_id}", os.MFD_CLOEXEC)
             try:
                 os.ftruncate(self.fd, size)
+                if large:
+                    room.commit(self.fd, size)
                 self.map = mmap.mmap(self.fd, size)
             except BaseException:
                 os.close(self.fd)
@@ -143,7 +148,7 @@ class Arena:
         size = max(1, size)
         with self._lock:
             if size >= LARGE:
-                segment = self._new_segment(_round_up(HEADER_SIZE + size, mmap.PAGESIZE))
+                segment = self._new_segment(_round_up(HEADER_SIZE + size, mmap.PAGESIZE), True)
                 return Block(segment.id, HEADER_SIZE, size, segment.map)
             klass = _size_class(size)
             free = self._free.get(klass)
@@ -171,8 +176,8 @@ class Arena:
             else:
                 self._free.setdefault(block.size, []).append((block.segment, block.offset))
 
-    def _new_segment(self, size: int) -> Segment:
-        segment = Segment(self._next_id, size, self.cookie)
+    def _new_segment(self, size: int, large: bool = False) -> Segment:
+        segment = Segment(self._next_id, size, self.cookie, large)
         self._next_id += 1
         self._segments[segment.id] = segment
         return segment

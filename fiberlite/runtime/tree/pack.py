@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from ...errors import ConfigError
+from ...units import human_bytes
 from .ignore import Rules, is_environment
 
 log = logging.getLogger("fiberlite.tree")
@@ -128,21 +129,11 @@ def _link(rel: str, path: str, real_root: str, rules: Rules) -> Entry | None:
     return Entry(rel, path, "link", target=target)
 
 
-def human(size: int) -> str:
-    """``size`` bytes for people: ``812 B``, ``4.0 KiB``, ``45.2 MiB``."""
-    amount = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if amount < 1024 or unit == "GiB":
-            return f"{size} B" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    raise AssertionError("unreachable")
-
-
 def too_large_message(found: Scan, limit: int) -> str:
-    largest = ", ".join(f"{e.rel} {human(e.size)}" for e in found.largest())
+    largest = ", ".join(f"{e.rel} {human_bytes(e.size)}" for e in found.largest())
     ignore = os.path.join(found.root, ".fiberliteignore")
-    return (f"the working directory {found.root} holds {human(found.size)} to send "
-            f"with the run, over the limit of {human(limit)} (setting "
+    return (f"the working directory {found.root} holds {human_bytes(found.size)} to send "
+            f"with the run, over the limit of {human_bytes(limit)} (setting "
             f"working_dir_limit); largest: {largest}; exclude them in {ignore} (gitignore "
             "syntax), bake them into the image, or put them on a volume (--volume); or run "
             "with --no-working-dir (setting working_dir=off)")
