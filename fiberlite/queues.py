@@ -29,6 +29,7 @@ from .runtime.lanes import lending
 from .runtime.lanes.feeder import batches
 from .runtime.links.frames import EOF
 from .runtime.links.servant import LinkingServant
+from .units import check_timeout
 from .wire.codec import Payload
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
@@ -220,6 +221,8 @@ class Queue:
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
         """Put ``obj``; when the queue is full wait up to ``timeout`` (``queue.Full`` after)."""
         self._check_open()
+        if timeout is not None:
+            check_timeout(timeout)  # (refused whether it would wait or not, as by the stdlib)
         self._used = True
         if self._lane is not None:
             self._lane.put(Payload.pack(obj), block, timeout)
@@ -236,6 +239,8 @@ class Queue:
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return an item; wait up to ``timeout`` (``queue.Empty`` after)."""
         self._check_open()
+        if timeout is not None:
+            check_timeout(timeout)
         if self._lane is not None:
             return self._lane.get_object(block, timeout)
         if self._place is not None:

@@ -191,3 +191,19 @@ def test_a_timed_out_get_keeps_nothing_of_its_caller():
     del marker
     gc.collect()
     assert kept() is None
+
+
+@pytest.mark.parametrize("make", [fiberlite.Queue, lambda: fiberlite.Queue(3), fiberlite.JoinableQueue],
+                         ids=["unbounded", "bounded", "joinable"])
+def test_a_timeout_that_is_no_number_is_refused_and_nothing_is_put_or_taken(make):
+    """As with the stdlib, whether the call would have waited or not."""
+    q = make()
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        q.put("x", True, "soon")
+    q.put("y")
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        q.get(True, "soon")
+    assert q.get(timeout=30) == "y", "the refused put went in, or the refused get took"
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        q.put("z", False, "soon")  # (read even when the call would not wait)
+    assert q.empty()

@@ -26,6 +26,7 @@ from ..runtime.hub import ObjectRef, get_hub
 from ..wire.codec import Payload
 from ..runtime.lanes.feeder import batches
 from ..runtime.links.frames import EOF
+from ..units import check_timeout
 from .pipe_lanes import lanes_here
 from .readiness import _ReadySignal
 from .servant import PipeServant
@@ -230,6 +231,8 @@ class Connection:
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether there is something to read (or EOF), waiting up to ``timeout`` (None: forever)."""
         self._check_readable()
+        if timeout is not None:
+            check_timeout(timeout)
         if self._lanes is not None:
             return self._lanes[0].poll(timeout)
         if self._places is not None:

@@ -58,6 +58,16 @@ def test_poll_timeout_and_data():
     assert a.recv() == 5
 
 
+def test_poll_refuses_a_timeout_that_is_no_number():
+    a, b = fiberlite.Pipe()
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        a.poll("soon")
+    b.send(5)
+    with pytest.raises(TypeError, match="must be real number, not str"):
+        a.poll("soon")
+    assert a.poll(None) and a.recv() == 5
+
+
 def test_bytes_api_offsets_and_buffer_too_short():
     a, b = fiberlite.Pipe()
     b.send_bytes(b"hello world", 6)
