@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from fiberlite.pool.chunks import pack, unpack
-from fiberlite.pool.job.worker import _Worker
+from fiberlite.pool.job.worker import BATCH_SECONDS, _Worker
 
 
 class _Upstream:
@@ -39,15 +39,15 @@ def _worker(ema: float) -> _Worker:
 
 
 def test_a_short_task_worker_asks_for_the_next_batch_once_less_than_half_is_queued():
-    worker = _worker(0.005)  # 5 ms a chunk: a batch of about 40 ms is 9 chunks
-    assert worker._want() == 9
-    worker.queue.extend((cid, 1, pack([-cid])) for cid in range(1, 10))
-    for _ in range(5):  # 8, 7, 6, 5, then 4 chunks queued: 20 ms of work or more
+    worker = _worker(0.005)  # 5 ms a chunk: a batch of about 80 ms is 17 chunks
+    assert worker._want() == 17 == int(BATCH_SECONDS / 0.005) + 1
+    worker.queue.extend((cid, 1, pack([-cid])) for cid in range(1, 18))
+    for _ in range(9):  # 16, 15, ... then 8 chunks queued: 40 ms of work or more
         worker._next()
     assert worker.up.sent == []
-    worker._next()  # 3 queued: the next batch is asked for now
+    worker._next()  # 7 queued: the next batch is asked for now
     ((method, (wid, entries, values, want, prefetch)),) = worker.up.sent
-    assert (method, wid, entries, values, want, prefetch) == ("next", 1, [], None, 9, True)
+    assert (method, wid, entries, values, want, prefetch) == ("next", 1, [], None, 17, True)
 
 
 def test_no_batch_is_asked_for_ahead_when_the_master_said_no_more_is_to_come():

@@ -23,12 +23,12 @@ from ...errors import ConnectionLost
 from ...wire.codec import dumps_bytes, short_repr
 from ..chunks import MAX_BATCH, MESSAGE_BYTES, encoding_error, pack, pack_failure, unpack
 
-BATCH_SECONDS = 0.04  # ask for about this much work at a time (docs/performance.md, "Thousands of workers")
+BATCH_SECONDS = 0.08  # ask for about this much work at a time (docs/performance.md, "Thousands of workers")
 PREFETCH_LIMIT = 0.02  # tasks shorter than this: keep the next batch in flight
 PREFETCH_BELOW = BATCH_SECONDS / 2  # ... asked for once the queue holds less work than this
 GIVEBACK_AFTER = 0.1  # a task running longer than this gives back the chunks queued behind it
 WATCH_PERIOD = 0.5  # while tasks keep finishing, the watchdog looks at most this often
-RESULT_DELAY = 0.02  # results wait at most about this long to share a message
+RESULT_DELAY = BATCH_SECONDS / 2  # results wait at most about this long to share a message
 LOADED_FUNCTIONS = 64  # unpickled functions kept for reuse by later calls
 
 

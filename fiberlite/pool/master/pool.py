@@ -24,14 +24,14 @@ accumulates tasks that an idle one could run.
   master's (:mod:`.nearby`) instead of the hub, and so do the workers forked in the host
   jobs of a pool of at most 64; those of a larger pool, through their host.
 * ``want`` adapts: a worker measures its time per chunk; for short tasks it asks for
-  about 40 ms of work and sends its next request (a *prefetch*) once less than half of
+  about 80 ms of work and sends its next request (a *prefetch*) once less than half of
   that is queued, as long as the master said more work is to come (the reply's
   ``more``), so one batch travels while the other runs; a prefetch is answered at
   once, empty if there is no work, so results never wait behind it. For long tasks it
   asks for one chunk when idle. The master never hands a worker more than a fair share
   of what is pending. If a task overruns 0.1 s while chunks wait behind it, the worker's
   watchdog gives them back (``giveback``), 0.1-0.6 s after the task started: while tasks
-  keep finishing it looks twice a second. Results wait at most 20 ms: then they leave
+  keep finishing it looks twice a second. Results wait at most 40 ms: then they leave
   with a prefetch if one may go, else one-way (``done``).
 * The master records, per worker, the chunks it holds. When a worker dies (its
   connection drops, or its job exits) they go back to the front of the queue and a
