@@ -15,9 +15,11 @@ import os
 from ...units import human_bytes
 
 _MEMINFO = "/proc/meminfo"
-_CGROUP_LIMITS = (  # (limit, usage): cgroup v2, then v1
-    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+_CGROUP_LIMITS = (  # (limit, usage, stat, the stat's reclaimable file cache): cgroup v2, then v1
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current",
+     "/sys/fs/cgroup/memory.stat", "inactive_file"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+     "/sys/fs/cgroup/memory/memory.stat", "total_inactive_file"),
 )
 
 
@@ -27,6 +29,18 @@ def _read_int(path: str) -> int | None:
             return int(f.read().strip())
     except (OSError, ValueError):  # (absent, or "max": no limit)
         return None
+
+
+def _stat_field(path: str, name: str) -> int:
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == name:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _meminfo_available() -> int | None:
@@ -42,11 +56,14 @@ def _meminfo_available() -> int | None:
 
 def available() -> int | None:
     """Bytes of memory this process may still take: the machine's, within its control
-    group's limit (a container's); None where it cannot be told."""
+    group's limit (a container's: the limit less what the group uses, but for the file
+    cache it would give back first, as ``docker stats`` counts it); None where it cannot
+    be told."""
     room = _meminfo_available()
-    for limit_path, usage_path in _CGROUP_LIMITS:
+    for limit_path, usage_path, stat_path, cache in _CGROUP_LIMITS:
         limit, usage = _read_int(limit_path), _read_int(usage_path)
         if limit is not None and usage is not None and limit < (1 << 60):
+            usage -= _stat_field(stat_path, cache)  # (file cache the kernel takes back first)
             left = max(0, limit - usage)
             room = left if room is None else min(room, left)
             break
