@@ -8,9 +8,8 @@ on (a job of its own only those that wait for work). A request and its answer ar
 one system call each way, read and written by the threads that make them, where nng
 adds threads of its own on both sides (in one run on the 2-core machine, a ping-pong of
 small messages between two processes took 190-250 us over nng and 27 us over a socket
-pair) and a host one more hop. Each
-connection proves the run's key before anything it sends is unpickled: the socket's
-door is the one every listener of fiberlite has
+pair) and a host one more hop. Each connection proves the run's key before anything it
+sends is unpickled: the socket's door is the one every listener of fiberlite has
 (:class:`~fiberlite.wire.doorman.Doorman`: a deadline, a bound, nothing read but the
 handshake), which hands the connections that proved it to the reading thread.
 

@@ -11,8 +11,8 @@ checks that it really is the memory it was told about (:mod:`.attach`).
 
 Small blocks come from 1 MiB segments, by size class; a block of a quarter of a segment
 or more gets a segment of its own, closed once the block is freed, and given its memory
-as it is made (:mod:`.room`: one too large for the memory left is a ``MemoryError``). Blocks are aligned
-to 64 bytes (a cache line), so that two primitives never share one.
+as it is made (:mod:`.room`: one too large for the memory left is a ``MemoryError``).
+Blocks are aligned to 64 bytes (a cache line), so that two primitives never share one.
 
 Processes that use the memory are told apart by *slot* (:class:`Slots`): the memory's
 locks and semaphores name their holders by slot, and when a process that held a slot

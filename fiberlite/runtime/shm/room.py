@@ -59,20 +59,20 @@ def available() -> int | None:
     group's limit (a container's: the limit less what the group uses, but for the file
     cache it would give back first, as ``docker stats`` counts it); None where it cannot
     be told."""
-    room = _meminfo_available()
+    free = _meminfo_available()
     for limit_path, usage_path, stat_path, cache in _CGROUP_LIMITS:
         limit, usage = _read_int(limit_path), _read_int(usage_path)
         if limit is not None and usage is not None and limit < (1 << 60):
             usage -= _stat_field(stat_path, cache)  # (file cache the kernel takes back first)
             left = max(0, limit - usage)
-            room = left if room is None else min(room, left)
+            free = left if free is None else min(free, left)
             break
-    return room
+    return free
 
 
 def too_large(size: int) -> MemoryError:
-    room = available()
-    about = f"about {human_bytes(room)} is available" if room is not None else "it is not available"
+    free = available()
+    about = f"about {human_bytes(free)} is available" if free is not None else "it is not available"
     return MemoryError(
         f"cannot allocate {human_bytes(size)} of shared memory for a Value or Array: {about} "
         "to this process. Make it smaller, or keep such data in a file (numpy.memmap) and "
@@ -81,8 +81,8 @@ def too_large(size: int) -> MemoryError:
 
 def check_room(size: int) -> None:
     """Refuse a segment of ``size`` bytes larger than the memory left (MemoryError)."""
-    room = available()
-    if room is not None and size > room:
+    free = available()
+    if free is not None and size > free:
         raise too_large(size)
 
 
