@@ -231,7 +231,7 @@ class Connection:
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether there is something to read (or EOF), waiting up to ``timeout`` (None: forever)."""
         self._check_readable()
-        if timeout is not None:
+        if timeout is not None and type(timeout) is not float:  # (0.0 by default)
             check_timeout(timeout)
         if self._lanes is not None:
             return self._lanes[0].poll(timeout)

@@ -70,8 +70,7 @@ def available() -> int | None:
     return free
 
 
-def too_large(size: int) -> MemoryError:
-    free = available()
+def too_large(size: int, free: int | None) -> MemoryError:
     about = f"about {human_bytes(free)} is available" if free is not None else "it is not available"
     return MemoryError(
         f"cannot allocate {human_bytes(size)} of shared memory for a Value or Array: {about} "
@@ -83,7 +82,7 @@ def check_room(size: int) -> None:
     """Refuse a segment of ``size`` bytes larger than the memory left (MemoryError)."""
     free = available()
     if free is not None and size > free:
-        raise too_large(size)
+        raise too_large(size, free)
 
 
 def commit(fd: int, size: int) -> None:
@@ -93,4 +92,4 @@ def commit(fd: int, size: int) -> None:
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
             return  # (a kernel that cannot: its pages come as they are written)
-        raise too_large(size) from exc
+        raise too_large(size, available()) from exc
