@@ -7,6 +7,7 @@ does that much work, answers when the parent needs to know it is done, and ends 
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -87,7 +88,48 @@ def numpy_write(array: Any, control: Any) -> None:
         control.send("fails: " + one_line(exc))
 
 
-# -- fixtures: a row's objects and children on one side ------------------------------------
+# -- placement: which CPU runs which process ------------------------------------------------
+PLACES = {  # --place: what each says, in the help and in the table's note
+    "apart": "each side on one CPU and its children on another, as two machines with a CPU each",
+    "together": "each side and its children on one CPU",
+    "free": "where the scheduler put them",
+}
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process ``pid`` on ``cpus`` (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except (ProcessLookupError, FileNotFoundError):  # (a thread that just ended)
+            pass
+
+
+def cpus_of(pid: int) -> list[int]:
+    """The CPUs any thread of process ``pid`` may run on."""
+    cpus: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            cpus |= os.sched_getaffinity(int(tid))
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return sorted(cpus)
+
+
+def cpus_for(place: str, allowed: set[int]) -> tuple[set[int], set[int]]:
+    """``(the side's CPUs, its children's)`` for ``place``, among the ``allowed`` ones."""
+    if place == "free":
+        return allowed, allowed
+    if not hasattr(os, "sched_setaffinity"):
+        raise RuntimeError(f"--place {place} needs os.sched_setaffinity (Linux); use --place free")
+    first, *rest = sorted(allowed)
+    if place == "together":
+        return {first}, {first}
+    if not rest:
+        raise RuntimeError("--place apart needs two CPUs and this process may use one; use --place together")
+    return {first}, {rest[0]}
+
+
 class Fixture:
     """A row set up on one side; ``run(count)`` returns the seconds ``count`` units took."""
 
@@ -108,6 +150,15 @@ class Fixture:
 
     def run(self, count: int) -> float:
         raise NotImplementedError
+
+    def place(self, place: str, allowed: set[int]) -> tuple[list[int], list[int]]:
+        """Put this process and its children on the CPUs ``place`` says (:func:`cpus_for`);
+        return the CPUs their threads may run on now: ``(this process's, its children's)``."""
+        mine, theirs = cpus_for(place, allowed)
+        pin(os.getpid(), mine)
+        for child, _ in self.children:
+            pin(child.pid, theirs)
+        return cpus_of(os.getpid()), sorted({cpu for child, _ in self.children for cpu in cpus_of(child.pid)})
 
     def close(self) -> None:
         for _, control in self.children:

@@ -17,12 +17,19 @@ is its best round. A side that fails or does not answer within ``--timeout`` sec
 gets the one-line error in its cell (a side that hung is killed and started anew for
 the next row), and the table goes on.
 
+Where the processes run is fixed (``--place``): with ``--share-machine off``, by
+default, each side runs on one CPU and its children on another (``apart``: as two
+machines with a CPU each, where a message wakes a CPU that waits for it), so that the
+floor and the rows are measured the same way from run to run; ``together`` puts a side
+and its children on one CPU, ``free`` leaves them to the scheduler (the default
+otherwise).
+
 With ``--portable`` a column shows fiberlite's portable path (``FIBERLITE_PORTABLE_SYNC=1``:
 POSIX semaphores, what macOS and a machine without a C compiler get); the targets hold
 for it too.
 
 Run: ``python benchmarks/bench_primitives.py [--quick] [--share-machine on|off|both]
-[--portable] [--before DIR ...] [--rows KEY,...] [--json PATH]``
+[--place apart|together|free] [--portable] [--before DIR ...] [--rows KEY,...] [--json PATH]``
 """
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import Report, Stats, finish, format_time, parser, progress, sized  # noqa: E402
-from _primitive_rows import BY_KEY, Fixture, NumpyView, Spec, one_line  # noqa: E402
+from _primitive_rows import BY_KEY, PLACES, Fixture, NumpyView, Spec, one_line  # noqa: E402
 
 MP = "mp spawn"
 FIBERLITE = "fiberlite"
@@ -79,6 +86,7 @@ def serve(library: str, timeout: float) -> None:
         ctx, origin = fiberlite, os.path.realpath(os.path.dirname(fiberlite.__file__))
     replies.write(json.dumps({"origin": origin}) + "\n")
     replies.flush()
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     fixture: Fixture | None = None
     count = 1
     for line in sys.stdin:
@@ -92,6 +100,7 @@ def serve(library: str, timeout: float) -> None:
                 fixture = spec.make(ctx)
                 if not spec.check:
                     try:
+                        reply["cpus"] = fixture.place(request["place"], allowed)
                         count = calibrate(fixture, request["sample"], request["limit"])
                     except Exception:
                         fixture, failed = None, fixture
@@ -222,16 +231,18 @@ class Cell:
     samples: list[float] = field(default_factory=list)
     status: str | None = None
     error: str | None = None
+    cpus: list[list[int]] | None = None  # the CPUs of the side's threads, and of its children's
 
 
-def measure(spec: Spec, sides: list[Side], rounds: int, sample: float) -> dict[str, Cell]:
+def measure(spec: Spec, sides: list[Side], rounds: int, sample: float, place: str) -> dict[str, Cell]:
     """Every side's cell of one row: set up in turn, then ``rounds`` rounds, the order turning."""
     progress(f"{spec.title} ...")
     cells = {side.label: Cell() for side in sides}
     ready: list[Side] = []
     for side in sides:
         try:
-            side.ask(op="setup", row=spec.key, sample=sample, limit=10 * sample)
+            reply = side.ask(op="setup", row=spec.key, sample=sample, limit=10 * sample, place=place)
+            cells[side.label].cpus = reply.get("cpus")
             ready.append(side)
         except SideError as exc:
             cells[side.label].error = str(exc)
@@ -296,6 +307,9 @@ class PrimitivesReport(Report):
         document = super().to_dict()
         document["checks"] = {key: {label: cell.status or cell.error for label, cell in cells.items()}
                               for key, cells in self.cells.items() if BY_KEY[key].check}
+        document["placement"] = {key: {label: {"side": cell.cpus[0], "children": cell.cpus[1]}
+                                       for label, cell in cells.items() if cell.cpus}
+                                 for key, cells in self.cells.items()}
         trips = {label: self.round_trips(label) for label in self.across_labels()}
         if any(trips.values()):
             document["tcp_round_trips"] = {label: t for label, t in trips.items() if t}
@@ -318,7 +332,7 @@ class PrimitivesReport(Report):
             if i == 0:
                 out.append("  " + "-+-".join("-" * w for w in widths))
         out.append(f"  note: best of {self.params['rounds']} rounds of about {self.params['sample']} s per row "
-                   "and side. ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
+                   f"and side, placed {self.params['place']} ({PLACES[self.params['place']]}). ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
                    f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine)"
                    + (f" and, after the slash, {PORTABLE!r}." if PORTABLE in self.labels else "."))
         return "\n".join(out + self.across_machines())
@@ -347,9 +361,12 @@ class PrimitivesReport(Report):
             trips = self.round_trips(label)
             if trips is None:
                 continue
-            tcp = min(self.cells["tcp"][label].samples)
+            floor = self.cells["tcp"][label]
+            where = (f" (the side on CPU {','.join(map(str, floor.cpus[0]))}, its children on CPU "
+                     f"{','.join(map(str, floor.cpus[1]))})") if floor.cpus else ""
             out += ["", f"Across machines ({SHARE_ENV}=0: the hub over TCP), {label}, against a raw TCP "
-                        f"round trip between the same kind of processes in this run: {format_time(tcp)}"]
+                        f"round trip between the same kind of processes, placed the same way{where}, in this "
+                        f"run: {format_time(min(floor.samples))}"]
             for key, cells in self.cells.items():
                 spec, cell = BY_KEY[key], cells.get(label)
                 if spec.remote is None or cell is None:
@@ -435,6 +452,9 @@ def main() -> None:
                         "what a machine without the C extension uses)")
     p.add_argument("--before", metavar="DIR", action="append", default=[],
                    help="also a column of fiberlite imported from the checkout DIR (may be repeated)")
+    p.add_argument("--place", choices=list(PLACES),
+                   help="which CPU runs which process (" + "; ".join(f"{k}: {v}" for k, v in PLACES.items())
+                        + "); apart by default with --share-machine off, else free")
     p.add_argument("--rows", help="only these rows, by key: " + ",".join(BY_KEY))
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds a side has to answer one request before it is killed (120)")
@@ -448,14 +468,15 @@ def main() -> None:
     unknown = [k for k in keys if k not in BY_KEY]
     if unknown:
         p.error(f"unknown rows {', '.join(unknown)}; the rows are {', '.join(BY_KEY)}")
+    place = args.place or ("apart" if args.share_machine == "off" else "free")
     sides = make_sides(args)
     report = PrimitivesReport("primitives", "shared primitives of one machine, multiprocessing spawn and fiberlite",
-                              rounds=rounds, sample=sample, share_machine=args.share_machine,
+                              rounds=rounds, sample=sample, share_machine=args.share_machine, place=place,
                               sides=[side.label for side in sides])
     report.labels = [side.label for side in sides]
     try:
         for key in keys:
-            report.record(BY_KEY[key], measure(BY_KEY[key], sides, rounds, sample))
+            report.record(BY_KEY[key], measure(BY_KEY[key], sides, rounds, sample, place))
     finally:
         for side in sides:
             side.close()

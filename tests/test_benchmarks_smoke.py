@@ -183,3 +183,38 @@ def test_docker_benchmark_compares_a_packed_pool_with_local_jobs(tmp_path):
     document = json.loads(open(json_path).read())
     measured = [r for r in document["results"] if "seconds" in r]
     assert len(measured) == 6 and all(r["seconds"] > 0 and r["ratio"] for r in measured)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placing processes apart needs two CPUs")
+def test_primitives_placed_apart(tmp_path):
+    """``--place apart`` runs each side on one CPU and its children on another, for the
+    floor and every row, and says so in the table and the JSON."""
+    json_path = tmp_path / "primitives.json"
+    done = run_python(os.path.join(BENCHMARKS, "bench_primitives.py"), "--quick", "--share-machine", "off",
+                      "--rows", "tcp,pipe,value_increment", "--json", json_path, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    assert f"the side on CPU {first}, its children on CPU {second}" in done.stdout, done.stdout
+    document = json.loads(json_path.read_text())
+    assert document["params"]["place"] == "apart"  # the default with --share-machine off
+    placement = document["placement"]
+    assert set(placement) == {"tcp", "pipe", "value_increment"}
+    for row, sides in placement.items():
+        assert len(sides) == 2, (row, sides)  # mp spawn and fiberlite, each placed
+        for where in sides.values():
+            assert where == {"side": [first], "children": [second]}, (row, sides)
+
+
+def test_placement_choices():
+    """Which CPUs each placement takes, and a clear refusal where it cannot be done."""
+    import sys
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        from _primitive_rows import cpus_for
+    finally:
+        sys.path.remove(BENCHMARKS)
+    assert cpus_for("apart", {3, 1, 2}) == ({1}, {2})
+    assert cpus_for("together", {3, 1, 2}) == ({1}, {1})
+    assert cpus_for("free", {0, 1}) == ({0, 1}, {0, 1})
+    with pytest.raises(RuntimeError, match="--place apart needs two CPUs.*use --place together"):
+        cpus_for("apart", {5})
