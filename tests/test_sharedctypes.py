@@ -274,3 +274,17 @@ def test_a_large_array_gets_its_memory_as_it_is_made():
     assert arr[0] == 0 and arr[size - 1] == 0
     arr[size - 1] = 7
     assert arr[size - 1] == 7
+
+
+def test_a_small_value_s_segment_gets_its_memory_as_it_is_made():
+    """A small Value comes from a shared 1 MiB segment: all of it is reserved when the
+    segment is made, so that later blocks cut from it never fault for want of memory."""
+    from fiberlite.runtime.shm.arena import SEGMENT_SIZE, arena
+    value = fiberlite.Value("i", 5)
+    small = [s for s in arena()._small if s.fd >= 0]
+    assert small, "no shared small-block segment was made"
+    for segment in small:
+        assert segment.size == SEGMENT_SIZE
+        assert os.fstat(segment.fd).st_blocks * 512 >= SEGMENT_SIZE, "the memory was left to come at writes"
+    value.value += 1
+    assert value.value == 6

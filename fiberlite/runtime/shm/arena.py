@@ -10,8 +10,9 @@ header, the arena's random cookie and the segment's id, by which a process that 
 checks that it really is the memory it was told about (:mod:`.attach`).
 
 Small blocks come from 1 MiB segments, by size class; a block of a quarter of a segment
-or more gets a segment of its own, closed once the block is freed, and given its memory
-as it is made (:mod:`.room`: one too large for the memory left is a ``MemoryError``).
+or more gets a segment of its own, closed once the block is freed. Every segment is
+given its memory as it is made (:mod:`.room`: one too large for the memory left is a
+``MemoryError`` then, not a SIGBUS at a later write).
 Blocks are aligned to 64 bytes (a cache line), so that two primitives never share one.
 
 Processes that use the memory are told apart by *slot* (:class:`Slots`): the memory's
@@ -68,8 +69,7 @@ class Segment:
             self.fd = os.memfd_create(f"fiberlite-{os.getpid()}-{seg_id}", os.MFD_CLOEXEC)
             try:
                 os.ftruncate(self.fd, size)
-                if large:
-                    room.commit(self.fd, size)
+                room.commit(self.fd, size)  # (a small segment's megabyte too: no SIGBUS later)
                 self.map = mmap.mmap(self.fd, size)
             except BaseException:
                 os.close(self.fd)
