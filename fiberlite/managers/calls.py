@@ -104,7 +104,7 @@ class OtherServer(Exception):
 
 
 _dead: set[str] = set()            # addresses of managers known to be gone
-_dead_why: dict[str, str] = {}     # ... and why, for those that went silent
+_dead_why: dict[str, str] = {}     # ... and why, for those not shut down from here
 _watched: dict[str, Any] = {}      # address -> the connection watched for loss
 _sending = threading.Lock()        # held while a cast is sent; taken to mark a manager dead
 # reference changes asked for by finalizers, not sent to managers known to be gone
@@ -208,7 +208,7 @@ def _server_call(ref: ObjectRef, method: str, *args: Any) -> Any:
     except OtherServer:  # the manager listening at address now is a live one
         raise _gone(address, _OTHER.format(address=address)) from None
     except ConnectionError as exc:
-        _dead.add(address)
+        _mark_dead(address, str(exc))
         raise _gone(address, exc) from exc
 
 
@@ -227,13 +227,18 @@ def _watch(ref: ObjectRef) -> None:
 def _manager_lost(address: str, client: Any) -> None:
     """The hub connection to the manager at ``address`` ended, or was given up because the
     manager stayed silent: the manager is gone, and calls waiting on their own
-    connections to it (which would wait for ever on a silent one) fail now."""
-    if client.silent_for is not None:
-        _dead_why[address] = client.lost_reason
-    else:
-        _dead_why.pop(address, None)
-    _dead.add(address)
+    connections to it (which would wait for ever on a silent one) fail now. Their error
+    says why (its silence, or that its job exited), unless it was shut down from here."""
+    _mark_dead(address, client.lost_reason)
     stream.abandon(address)
+
+
+def _mark_dead(address: str, why: str) -> None:
+    """The manager at ``address`` is gone, ``why`` as its later calls' errors say (a
+    manager shut down from here is dead already, and keeps no reason)."""
+    if address not in _dead:
+        _dead_why[address] = why
+        _dead.add(address)
 
 
 class _CallerId:

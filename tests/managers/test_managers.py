@@ -464,7 +464,7 @@ def test_killed_manager_job_fails_waiting_and_later_calls_clearly():
     assert len(errors) == 1 and isinstance(errors[0], ConnectionError)
     assert "no longer running" in str(errors[0])
     t0 = time.monotonic()
-    with pytest.raises(ConnectionError, match="no longer running"):
+    with pytest.raises(ConnectionError, match="no longer running.*exited"):  # and why
         d["a"]
     assert time.monotonic() - t0 < 2
     m.shutdown()
