@@ -154,10 +154,13 @@ class Fixture:
     def place(self, place: str, allowed: set[int]) -> tuple[list[int], list[int]]:
         """Put this process and its children on the CPUs ``place`` says (:func:`cpus_for`);
         return the CPUs their threads may run on now: ``(this process's, its children's)``."""
-        mine, theirs = cpus_for(place, allowed)
-        pin(os.getpid(), mine)
-        for child, _ in self.children:
-            pin(child.pid, theirs)
+        if place != "free":  # (free: nothing pinned, which works where there is no affinity)
+            mine, theirs = cpus_for(place, allowed)
+            pin(os.getpid(), mine)
+            for child, _ in self.children:
+                pin(child.pid, theirs)
+        if not os.path.isdir(f"/proc/{os.getpid()}/task"):
+            return [], []
         return cpus_of(os.getpid()), sorted({cpu for child, _ in self.children for cpu in cpus_of(child.pid)})
 
     def close(self) -> None:

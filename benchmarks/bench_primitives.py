@@ -363,7 +363,7 @@ class PrimitivesReport(Report):
                 continue
             floor = self.cells["tcp"][label]
             where = (f" (the side on CPU {','.join(map(str, floor.cpus[0]))}, its children on CPU "
-                     f"{','.join(map(str, floor.cpus[1]))})") if floor.cpus else ""
+                     f"{','.join(map(str, floor.cpus[1]))})") if floor.cpus and floor.cpus[0] else ""
             out += ["", f"Across machines ({SHARE_ENV}=0: the hub over TCP), {label}, against a raw TCP "
                         f"round trip between the same kind of processes, placed the same way{where}, in this "
                         f"run: {format_time(min(floor.samples))}"]
