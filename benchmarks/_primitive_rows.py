@@ -96,24 +96,25 @@ PLACES = {  # --place: what each says, in the help and in the table's note
 }
 
 
-def pin(pid: int, cpus: set[int]) -> None:
-    """Run every thread of process ``pid`` on ``cpus`` (threads it starts later inherit it)."""
+def each_thread(pid: int, act: Callable[[int], Any]) -> list[Any]:
+    """``act(tid)`` for every thread of process ``pid`` (one that just ended is skipped)."""
+    done = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            os.sched_setaffinity(int(tid), cpus)
-        except (ProcessLookupError, FileNotFoundError):  # (a thread that just ended)
+            done.append(act(int(tid)))
+        except (ProcessLookupError, FileNotFoundError):
             pass
+    return done
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Run every thread of process ``pid`` on ``cpus`` (threads it starts later inherit it)."""
+    each_thread(pid, lambda tid: os.sched_setaffinity(tid, cpus))
 
 
 def cpus_of(pid: int) -> list[int]:
     """The CPUs any thread of process ``pid`` may run on."""
-    cpus: set[int] = set()
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            cpus |= os.sched_getaffinity(int(tid))
-        except (ProcessLookupError, FileNotFoundError):
-            pass
-    return sorted(cpus)
+    return sorted(set().union(*each_thread(pid, os.sched_getaffinity)))
 
 
 def cpus_for(place: str, allowed: set[int]) -> tuple[set[int], set[int]]:

@@ -331,8 +331,10 @@ class PrimitivesReport(Report):
             out.append("  " + " | ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]))
             if i == 0:
                 out.append("  " + "-+-".join("-" * w for w in widths))
+        place = self.params["place"]
         out.append(f"  note: best of {self.params['rounds']} rounds of about {self.params['sample']} s per row "
-                   f"and side, placed {self.params['place']} ({PLACES[self.params['place']]}). ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
+                   f"and side, placed {place} ({PLACES[place]}). "
+                   "ratio = fiberlite / stdlib: of times (lower is better), of items/s for the Queue "
                    f"rows (higher is better). Targets are for the column {FIBERLITE!r} (same machine)"
                    + (f" and, after the slash, {PORTABLE!r}." if PORTABLE in self.labels else "."))
         return "\n".join(out + self.across_machines())
