@@ -41,6 +41,22 @@ Full = queue.Full
 GET, PUT = "get", "put"  # link slots: a job that only gets, a job that only puts
 
 
+class _Within:
+    """The request of one put among those a gathered call carries: answered by the call."""
+
+    __slots__ = ("peer", "error")
+
+    def __init__(self, peer: int) -> None:
+        self.peer, self.error = peer, None
+
+    def reply(self, value: Any = None) -> None:
+        pass
+
+    def fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+
+
 class QueueServant(LaneOps, LinkingServant):
     """The state of one queue, in its creator's hub: its channel, or (``lane``) the
     queue's lane, on which it acts for the processes that cannot reach it."""
@@ -80,6 +96,16 @@ class QueueServant(LaneOps, LinkingServant):
     # -- the route's operations (fiberlite.runtime.links.route) ---------------------------------
     def op_send(self, request, slot: str, payload: Payload) -> None:
         self.op_put(request, payload)
+
+    def op_send_many(self, request, slot: str, payloads: list) -> None:
+        """A job's puts gathered into one call (an unbounded queue's), in their order."""
+        each = _Within(request.peer)
+        for payload in payloads:
+            self.op_put(each, payload)
+        if each.error is not None:
+            request.fail(each.error)
+        else:
+            request.reply()
 
     def op_receive(self, request, slot: str, block: bool = True, timeout: float | None = None) -> None:
         self.op_get(request, block, timeout)
@@ -233,8 +259,8 @@ class Queue:
                 batches(self._ref, "lane_put_many").add(Payload.pack(obj))
         elif self._maxsize:
             self._ref.call("put", Payload.pack(obj), block, timeout)
-        else:  # an unbounded queue never makes a put wait
-            route.send(self._ref, PUT, self._servant, Payload.pack(obj))
+        else:  # an unbounded queue never makes a put wait (through a hub: gathered)
+            route.send(self._ref, PUT, self._servant, Payload.pack(obj), gathered=True)
 
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """Remove and return an item; wait up to ``timeout`` (``queue.Empty`` after)."""

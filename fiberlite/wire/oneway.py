@@ -8,7 +8,10 @@ process's next call to that hub sees its effect. Anyone else learns of the call 
 through something this process sends next: every path the wire sends on (links, nng
 connections, a pool's frames) first settles what is unsettled (:func:`settle`: one
 round trip per such hub), and so does the process's exit. A send on a path that
-settles costs one look at a dict when nothing is unsettled.
+settles costs one look at a dict when nothing is unsettled. Sends that a thread of their
+own gathers into calls (a queue's puts through a hub:
+:class:`~fiberlite.runtime.lanes.feeder.Batches`) are unsettled the same way until that
+thread has delivered them.
 """
 from __future__ import annotations
 
@@ -29,18 +32,25 @@ def paid(key: object) -> None:
     unsettled.pop(key, None)
 
 
-def settle() -> None:
+def settle(skip: object = None) -> None:
     """Return once every one-way call this process sent is handled (a round trip per hub
-    with some unsettled; nothing otherwise). A hub that is gone settles nothing: what
-    it held for this process is recovered there."""
+    with some unsettled; nothing otherwise), but those to ``skip``. A hub that is gone
+    settles nothing: what it held for this process is recovered there."""
     if not unsettled or getattr(_settling, "on", False):
         return
     _settling.on = True  # (a settling call's own sends do not settle again)
     try:
-        for settle_one in list(unsettled.values()):
-            settle_one()
+        for key, settle_one in list(unsettled.items()):
+            if key is not skip:
+                settle_one()
     finally:
         _settling.on = False
+
+
+def exempt() -> None:
+    """The calling thread's sends settle nothing: it is what carries some of the calls
+    (a thread of gathered sends), which must not wait for itself."""
+    _settling.on = True
 
 
 def forget_all() -> None:
@@ -48,4 +58,4 @@ def forget_all() -> None:
     unsettled.clear()
 
 
-__all__ = ["owe", "paid", "settle", "unsettled", "forget_all"]
+__all__ = ["owe", "paid", "settle", "exempt", "unsettled", "forget_all"]

@@ -121,6 +121,54 @@ def test_items_of_a_linked_producer_and_of_another_one_all_arrive():
     assert out.get(timeout=60) == ["put"]
 
 
+def test_producers_through_the_hub_send_their_puts_in_batches_each_in_its_order():
+    """Four producers: one may be linked, the others put through the creator's hub, their
+    puts gathered into calls (far fewer than the items); nothing is lost or comes twice,
+    and each producer's items come in its order."""
+    q = fiberlite.Queue()
+    servant = get_hub().servant(q._ref.oid)
+    calls, carried = [], []
+    gathered = servant.op_send_many
+
+    def counting(request, slot, payloads):
+        calls.append(slot)
+        carried.append(len(payloads))
+        gathered(request, slot, payloads)
+    servant.op_send_many = counting
+    tags = "abcd"
+    producers = [fiberlite.Process(target=link_jobs.put_many, args=(q, tag, 500)) for tag in tags]
+    for p in producers:
+        p.start()
+    got = [q.get(timeout=60) for _ in range(500 * len(tags))]
+    for tag in tags:
+        assert [i for t, i in got if t == tag] == list(range(500))
+    for p in producers:
+        p.join()
+    assert set(calls) == {"put"}
+    assert sum(carried) >= 500  # at least a producer's worth went through the hub, gathered
+    assert len(calls) < sum(carried) / 4, (len(calls), sum(carried))
+
+
+@pytest.mark.parametrize("kind", ["Queue", "JoinableQueue"])
+def test_puts_gathered_through_the_hub_are_counted_before_an_event_set_after_them(kind, monkeypatch):
+    """A job of another machine: its puts, which go through the hub in batches, are in the
+    queue before what it sends after them is seen (an event's set, one-way through the
+    hub too): its count and unfinished tasks as well."""
+    from fiberlite import config
+    monkeypatch.setattr(config, "_overrides", dict(config._overrides, share_machine=False))
+    monkeypatch.setattr(config, "_resolved", None)  # (handed down to the job)
+    for _ in range(5):
+        q, done = getattr(fiberlite, kind)(), fiberlite.Event()
+        p = fiberlite.Process(target=link_jobs.put_then_set, args=(q, 5, done))
+        p.start()
+        assert done.wait(60)
+        assert q.qsize() == 5
+        if kind == "JoinableQueue":
+            assert get_hub().servant(q._ref.oid).unfinished == 5
+        assert [q.get(timeout=60) for _ in range(5)] == list(range(5))
+        p.join()
+
+
 def test_what_a_killed_linked_producer_put_still_arrives():
     q, out, stay = fiberlite.Queue(), fiberlite.Queue(), fiberlite.Event()
     p = fiberlite.Process(target=link_jobs.put_then_stall, args=(q, ENOUGH, out, stay))

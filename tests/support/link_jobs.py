@@ -248,3 +248,10 @@ def looks_before_the_link_is_made(servant) -> None:
         servant.receive_local = looked
         return None
     servant.receive_local = no_link_yet
+
+
+def put_then_set(q, count: int, done) -> None:
+    """Put ``count`` items, then set the event ``done`` (the parent looks at the queue then)."""
+    for i in range(count):
+        q.put(i)
+    done.set()

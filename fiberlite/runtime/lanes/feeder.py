@@ -1,7 +1,7 @@
 """What a process sent to a lane that had no room yet: kept here, in order, and fed to
 the lane by a thread as readers make room (``multiprocessing``'s feeder thread); and
-what a process of another machine sends to a lane, gathered into calls to its creator's
-hub (:class:`Batches`).
+what a process of another machine sends to a lane, or puts into a queue through its
+creator's hub, gathered into calls to that hub (:class:`Batches`).
 
 A send never waits for a reader. Once one message waits, the next ones wait behind it,
 so each sender's order holds. At exit (the ``links`` stage), a process waits while readers
@@ -20,6 +20,7 @@ import weakref
 from typing import Any
 
 from .. import exit_order
+from ...wire import oneway
 from .lane import Lane
 
 FEED_BATCH = 256  # messages a feeder sends between two looks at its backlog
@@ -142,20 +143,25 @@ class Batches:
         if self.error is not None:
             error, self.error = self.error, None
             raise error
+        if oneway.unsettled:  # (what this process's one-way calls did is seen first)
+            oneway.settle(skip=self)
         with self._lock:
             self._waiting.append(payload)
             if self._busy:
                 return
             self._busy = True
             _batches.add(self)
+            oneway.owe(self, self.flush)  # (whatever this process sends elsewhere waits for them)
         threading.Thread(target=self._send, name="fiberlite-lane-batches", daemon=True).start()
 
     def _send(self) -> None:
+        oneway.exempt()  # (its calls carry what others wait for)
         while True:
             with self._lock:
                 batch, self._waiting = self._waiting, []
                 if not batch:
                     self._busy = False
+                    oneway.paid(self)
                     self._done.notify_all()
                     return
             try:
@@ -182,6 +188,11 @@ def batches(ref: Any, method: str, *args: Any) -> Batches:
         if sender is None:
             sender = _senders[key] = Batches(ref, method, *args)
         return sender
+
+
+def pending(ref: Any, method: str, *args: Any) -> Batches | None:
+    """This process's :class:`Batches` for ``method`` of ``ref`` if it has one (none made)."""
+    return _senders.get((ref.address, ref.oid, method, args)) if _senders else None
 
 
 def _flush_batches() -> None:
