@@ -32,16 +32,16 @@ def paid(key: object) -> None:
     unsettled.pop(key, None)
 
 
-def settle(skip: object = None) -> None:
+def settle(skip: type | None = None) -> None:
     """Return once every one-way call this process sent is handled (a round trip per hub
-    with some unsettled; nothing otherwise), but those to ``skip``. A hub that is gone
-    settles nothing: what it held for this process is recovered there."""
+    with some unsettled; nothing otherwise), but those whose key is a ``skip``. A hub that
+    is gone settles nothing: what it held for this process is recovered there."""
     if not unsettled or getattr(_settling, "on", False):
         return
     _settling.on = True  # (a settling call's own sends do not settle again)
     try:
         for key, settle_one in list(unsettled.items()):
-            if key is not skip:
+            if skip is None or not isinstance(key, skip):
                 settle_one()
     finally:
         _settling.on = False

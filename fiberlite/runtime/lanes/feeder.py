@@ -143,8 +143,8 @@ class Batches:
         if self.error is not None:
             error, self.error = self.error, None
             raise error
-        if oneway.unsettled:  # (what this process's one-way calls did is seen first)
-            oneway.settle(skip=self)
+        if oneway.unsettled:  # (what this process's one-way calls did is seen first; the
+            oneway.settle(skip=Batches)  # gathered sends to other objects need no order)
         with self._lock:
             self._waiting.append(payload)
             if self._busy:
@@ -188,11 +188,6 @@ def batches(ref: Any, method: str, *args: Any) -> Batches:
         if sender is None:
             sender = _senders[key] = Batches(ref, method, *args)
         return sender
-
-
-def pending(ref: Any, method: str, *args: Any) -> Batches | None:
-    """This process's :class:`Batches` for ``method`` of ``ref`` if it has one (none made)."""
-    return _senders.get((ref.address, ref.oid, method, args)) if _senders else None
 
 
 def _flush_batches() -> None:

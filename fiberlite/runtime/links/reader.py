@@ -30,7 +30,7 @@ import collections
 import itertools
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 from ...wire import link as links, threads
 from ...wire.codec import Payload
@@ -219,17 +219,14 @@ def reader_of(ref: ObjectRef, end: int) -> LinkedReader | None:
     return _readers.get((ref.address, ref.oid, end)) if _readers else None
 
 
-def used_through_hub(ref: ObjectRef, slot: Any, before_link: Callable[[], Any] | None = None) -> None:
+def used_through_hub(ref: ObjectRef, slot: Any) -> None:
     """Count a use of a remote slot (a pipe's end read, a queue's get or put) through its
-    hub; ask for a link once it is worth it (``before_link()`` first: sends still on
-    their way through the hub land ahead of any over the link)."""
+    hub; ask for a link once it is worth it."""
     key = (ref.address, ref.oid, slot)
     _reads[key] += 1
     count = _reads[key]
     if count >= _next_ask.get(key, LINK_AFTER):
         _next_ask[key] = count * 4  # asked now: if refused, later and more rarely
-        if before_link is not None:
-            before_link()
         _try_link(ref, slot)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable, Hashable
 
 from ...wire.codec import Payload
 from ..hub import ObjectRef
-from ..lanes.feeder import batches, pending
+from ..lanes.feeder import batches
 from .frames import RETRY, Unlinked
 from .reader import _readers, got_through_hub, used_through_hub
 
@@ -31,33 +31,22 @@ def send(ref: ObjectRef, slot: Hashable, servant: Any, payload: Payload, gathere
     """Send ``payload`` through ``slot`` (``servant``: the owner's, in the owner, else None).
     ``gathered``: sends through the hub go in batches, by a thread of this process, each
     call carrying what was sent meanwhile (a queue's puts: many producers through one
-    hub), and land ahead of this process's later sends over a link."""
+    hub); until they land they are unsettled one-way sends (:mod:`fiberlite.wire.oneway`),
+    which this process's next send on any other path, a link included, waits for."""
     reader = _readers.get((ref.address, ref.oid, slot)) if _readers else None  # (reader_of, inlined)
     if reader is not None:
-        if gathered:
-            flush_gathered(ref, slot)
         try:
             return reader.send(payload)
         except Unlinked:
             reader.wait_done()  # what it had not read is back with the owner
     elif servant is not None and servant.send_local(slot, payload):
         return
-    if servant is not None:
-        ref.cast("send", slot, payload)
-    elif gathered:
-        sender = batches(ref, "send_many", slot)
-        sender.add(payload)
-        used_through_hub(ref, slot, sender.flush)
+    if gathered and servant is None:
+        batches(ref, "send_many", slot).add(payload)
     else:
         ref.cast("send", slot, payload)
+    if servant is None:
         used_through_hub(ref, slot)
-
-
-def flush_gathered(ref: ObjectRef, slot: Hashable) -> None:
-    """Wait until this process's gathered sends through ``slot`` have reached its owner."""
-    sender = pending(ref, "send_many", slot)
-    if sender is not None:
-        sender.flush()
 
 
 def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
