@@ -9,7 +9,9 @@ to land before it exits, and ``join_thread()`` waits for them too.
 An unbounded queue that one job alone gets from, or (but for a JoinableQueue) that
 one job alone puts into while its creator gets, is linked to that job
 (:mod:`fiberlite.runtime.links`): items then travel straight between the two processes.
-Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.route`).
+Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.route`);
+through the hub, a job's puts go in batches, and its gets take several items a call,
+lent until the job takes them (:func:`~fiberlite.runtime.links.route.receive_many`).
 """
 from __future__ import annotations
 
@@ -110,6 +112,11 @@ class QueueServant(LaneOps, LinkingServant):
     def op_receive(self, request, slot: str, block: bool = True, timeout: float | None = None) -> None:
         self.op_get(request, block, timeout)
 
+    def op_receive_many(self, request, slot: str, most: int, block: bool = True,
+                        timeout: float | None = None) -> None:
+        """A job's get of up to ``most`` items, lent as one batch (:func:`route.receive_many`)."""
+        self.op_get(request, block, timeout, max(1, min(int(most), lending.BATCH_MAX)))
+
     def send_local(self, slot: str, payload: Payload) -> bool:
         """A put of this process, straight over the link of the job that alone gets."""
         return self.forward_local(GET, payload)
@@ -132,19 +139,19 @@ class QueueServant(LaneOps, LinkingServant):
                 actions += self.channel.put(request, payload, block, timeout, self.schedule_expiry)
         self.run_actions(actions)
 
-    def op_get(self, request, block: bool = True, timeout: float | None = None) -> None:
+    def op_get(self, request, block: bool = True, timeout: float | None = None, most: int = 0) -> None:
         with self._lock:
             self._used(GET, request.peer)
             actions = self._unlink(GET)  # another getter: the linked job hands back first
             if request.peer != LOCAL_PEER:
                 actions += self._unlink(PUT)
-            actions += self._read_returned(request, PUT, block, timeout)
+            actions += self._read_returned(request, PUT, block, timeout, most=most)
         self.run_actions(actions)
 
     def op_qsize(self, request) -> None:
         with self._lock:  # counted here: what a link holds comes back first
             actions = self._unlink(GET) + self._unlink(PUT)
-        request.reply(len(self.channel.items))
+        request.reply(self.channel.size())
         self.run_actions(actions)
 
     def op_task_done(self, request) -> None:
@@ -269,9 +276,7 @@ class Queue:
             check_timeout(timeout)
         if self._lane is not None:
             return self._lane.get_object(block, timeout)
-        if self._place is not None:
-            return lending.reader(self._ref).get(block, timeout).unpack()
-        return route.receive(self._ref, GET, self._servant, block, timeout).unpack()
+        return _get(self, block, timeout)
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -375,9 +380,7 @@ class SimpleQueue:
         self._check_open()
         if self._lane is not None:
             return self._lane.get_object()
-        if self._place is not None:
-            return lending.reader(self._ref).get().unpack()
-        return route.receive(self._ref, GET, self._servant).unpack()
+        return _get(self, True, None)
 
     def empty(self) -> bool:
         if self._closed:
@@ -403,6 +406,15 @@ def _new_servant(maxsize: int, joinable: bool) -> tuple[QueueServant, QueueLane 
     servant = QueueServant(maxsize, joinable, lane)
     weakref.finalize(servant, forget)
     return servant, lane
+
+
+def _get(queue_: Queue | SimpleQueue, block: bool, timeout: float | None) -> Any:
+    """A get of a process that cannot reach the queue's lane (or of a queue without one)."""
+    if queue_._place is not None:
+        return lending.reader(queue_._ref).get(block, timeout).unpack()
+    if queue_._servant is None:  # a job: several items a call, or its link
+        return route.receive_many(queue_._ref, GET, block, timeout).unpack()
+    return route.receive(queue_._ref, GET, queue_._servant, block, timeout).unpack()
 
 
 def _raised(answer: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import identity
 from ..errors import ConnectionLost
-from ..wire.client import Client
+from ..wire.client import Carrying, Client
 
 RECEIPTS = "__receipts__"  # the operation of receipts sent on their own
 
@@ -96,12 +96,14 @@ def flush(timeout: float | None = None) -> None:
 
 def send_receipts(client: Client, timed: bool = True) -> None:
     """The receipts still waiting to go on ``client``, on their own."""
-    receipts = client.take_riders(timed)
-    if receipts:
-        try:
-            client.cast((0, RECEIPTS, receipts), collect=False)
-        except ConnectionError:
-            pass  # the connection is gone: what was lent goes to others anyway
+    try:
+        client.cast(Carrying(_receipts_message, timed), collect=False)
+    except ConnectionError:
+        pass  # the connection is gone: what was lent goes to others anyway
+
+
+def _receipts_message(receipts: tuple) -> tuple | None:
+    return (0, RECEIPTS, receipts) if receipts else None
 
 
 def _forget(slot: Any, client: Client) -> None:

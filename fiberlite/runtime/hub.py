@@ -15,7 +15,7 @@ from . import exit_order, identity
 from .dialed import RECEIPTS, close_all, connect, current, flush, send_receipts
 from .limits import raise_open_file_limit
 from .scheduler import Scheduler
-from ..wire.client import Client
+from ..wire.client import Carrying, Client
 from ..wire.codec import Payload
 from ..wire.direct import DirectServer
 from ..wire.nngio import SIGNAL_SLICE
@@ -406,7 +406,7 @@ class ObjectRef:
             hub.call_local(self.oid, method, _owned(args))
         else:
             client = self.connection()
-            client.cast(_envelope(client, self.oid, method, args))
+            client.cast(_envelope(self.oid, method, args))
 
     def call(self, method: str, *args: Any) -> Any:
         """Run ``method`` on the servant and return its reply (or raise its error)."""
@@ -426,7 +426,7 @@ class ObjectRef:
         if hub is not None and hub.address == self.address:
             return hub.call_local(self.oid, method, _owned(args), on_interrupt)
         client = self.connection()
-        ok, value = client.request(_envelope(client, self.oid, method, args), interruptible,
+        ok, value = client.request(_envelope(self.oid, method, args), interruptible,
                                    on_interrupt)
         if ok:
             return value
@@ -445,10 +445,9 @@ class ObjectRef:
             get_hub().scheduler.call_later(RECEIPT_SECONDS, lambda: send_receipts(client))
 
 
-def _envelope(client: Client, oid: int, method: str, args: tuple) -> tuple:
-    """A request, with the receipts waiting to go to its process."""
-    receipts = client.take_riders()
-    return (oid, method, args, receipts) if receipts else (oid, method, args)
+def _envelope(oid: int, method: str, args: tuple) -> Carrying:
+    """A request, with the receipts waiting to go to its process when it is sent."""
+    return Carrying(lambda receipts: (oid, method, args, receipts) if receipts else (oid, method, args))
 
 
 def _owned(args: tuple) -> tuple:

@@ -28,6 +28,18 @@ CAST_WINDOW = 256  # one-way requests sent before a SYNC collects their failures
 PROBE = codec.encode(None, codec.PING)
 
 
+class Carrying:
+    """A message that carries the riders kept when it is sent (:meth:`Client.ride`):
+    ``build(riders)`` makes it (None: a one-way one with nothing to send); ``timed``: it is
+    the riders' timer's own message."""
+
+    __slots__ = ("build", "timed")
+
+    def __init__(self, build: Callable[[tuple], Any], timed: bool = False) -> None:
+        self.build = build
+        self.timed = timed
+
+
 class Client:
     """An authenticated connection to a :class:`~fiberlite.wire.server.Server`."""
 
@@ -39,6 +51,7 @@ class Client:
         self._unsynced = 0  # one-way requests sent since the last SYNC
         self._riders: list = []  # see ride()
         self._riders_timed = False
+        self._sending = threading.Lock()  # taking the riders and sending what carries them
         self.alive = False
         self._ended = False  # the connection ended (perhaps before it was alive)
         # liveness (see fiberlite.wire.liveness): set by calls, read by the liveness thread
@@ -208,11 +221,10 @@ class Client:
         if oneway.unsettled:
             oneway.settle()  # (what this process's one-way calls did is seen first)
         if on_interrupt is None:
-            return self._call(codec.encode(message), interruptible=interruptible)
-        frame = codec.encode(message)
+            return self._call(message, interruptible=interruptible)
         self._enter()
         try:
-            ctx = self._dispatch(frame)
+            ctx = self._send(message)
             try:
                 return self._receive(ctx, -1, interruptible, keep=True)
             except Exception:
@@ -244,10 +256,21 @@ class Client:
         self._sent = True
         return ctx
 
-    def _call(self, frame: Any, timeout_ms: int = -1, interruptible: bool = False) -> Any:
+    def _send(self, message: Any, flags: int = 0) -> pynng.Context:
+        """Encode ``message`` and send it (:meth:`_dispatch`). A :class:`Carrying` one takes
+        the riders kept until now, and is sent before any message built after it: a
+        message that leaves later cannot overtake the riders (a receipt) it did not carry."""
+        if type(message) is not Carrying:
+            return self._dispatch(codec.encode(message, flags))
+        with self._sending:
+            built = message.build(self.take_riders(message.timed))
+            return None if built is None else self._dispatch(codec.encode(built, flags))
+
+    def _call(self, message: Any, timeout_ms: int = -1, interruptible: bool = False,
+              flags: int = 0) -> Any:
         self._enter()
         try:
-            return self._receive(self._dispatch(frame), timeout_ms, interruptible)
+            return self._receive(self._send(message, flags), timeout_ms, interruptible)
         finally:
             self._leave()
 
@@ -259,10 +282,9 @@ class Client:
         """
         if oneway.unsettled:
             oneway.settle()
-        frame = codec.encode(message)
         self._enter()
         try:
-            return self._dispatch(frame)
+            return self._send(message)
         finally:
             self._leave()
 
@@ -284,12 +306,14 @@ class Client:
         """
         if oneway.unsettled:
             oneway.settle()
-        frame = codec.encode(message, codec.NO_REPLY)
         self._enter()
         try:
             # no reply will come: the context's next send simply starts a new request;
             # other calls take it last, once nng has finished sending from it
-            self._idle.appendleft(self._dispatch(frame))
+            ctx = self._send(message, codec.NO_REPLY)
+            if ctx is None:  # (a Carrying message with nothing to carry)
+                return
+            self._idle.appendleft(ctx)
             with self._lock:
                 self._unsynced += collect
                 due = self._unsynced >= CAST_WINDOW
@@ -333,7 +357,7 @@ class Client:
                 return
             self._unsynced = 0
         timeout_ms = -1 if timeout is None else max(1, int(timeout * 1000))
-        ok, value = self._call(codec.encode(None, codec.SYNC), timeout_ms)
+        ok, value = self._call(None, timeout_ms, flags=codec.SYNC)
         if not ok:
             raise value
 

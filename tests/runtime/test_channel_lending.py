@@ -1,7 +1,8 @@
 """A channel lends what a job gets through the hub until the job's receipt: what is still
 lent when the job's connection ends goes back to the front, in its order, for the next
 reader; what was confirmed does not; the owner's own reads borrow nothing; a read
-interrupted by Ctrl-C keeps nothing."""
+interrupted by Ctrl-C keeps nothing. A job's get may take a batch of items: each receipt
+confirms its next item, and what it holds counts as in the queue until then."""
 from __future__ import annotations
 
 from fiberlite.queues import GET, QueueServant
@@ -16,17 +17,25 @@ class Answer:
     def __init__(self, peer: int) -> None:
         self.peer = peer
         self.value = None
+        self.answered = False
 
     def reply(self, value=None) -> None:
-        self.value = value
+        self.value, self.answered = value, True
 
     def fail(self, exc) -> None:
-        self.value = exc
+        self.value, self.answered = exc, True
 
 
-def get(channel: Channel, peer: int) -> Answer:
+def get(channel: Channel, peer: int, most: int = 0) -> Answer:
     request = Answer(peer)
-    for action in channel.get(request, True, None, schedule=None):
+    for action in channel.get(request, True, None, schedule=None, most=most):
+        action()
+    return request
+
+
+def put(channel: Channel, item) -> Answer:
+    request = Answer(LOCAL_PEER)
+    for action in channel.put(request, item, True, None, schedule=None):
         action()
     return request
 
@@ -73,3 +82,55 @@ def test_a_read_interrupted_through_the_hub_is_answered_and_its_item_handed_back
     assert 7 not in servant.channel.lent
     assert [get(servant.channel, 9).value[1] for _ in range(2)] == ["b", "c"]  # in order
     assert servant.channel.enqueued == 3  # handed back, not put again
+
+
+def test_a_batch_is_lent_under_one_ticket_and_each_receipt_confirms_its_next_item():
+    channel = Channel()
+    for item in "abcde":
+        put(channel, item)
+    ticket, batch = get(channel, 7, most=3).value
+    assert batch == ["a", "b", "c"]
+    assert list(channel.items) == ["d", "e"]
+    assert channel.size() == 5  # what the job holds is still in the queue
+    channel.confirm(7, ticket)  # a
+    channel.confirm(7, ticket)  # b
+    assert channel.size() == 3 and channel.batched == 1
+    for action in channel.drop_peer(7):  # the job is lost holding c
+        action()
+    assert list(channel.items) == ["c", "d", "e"] and channel.batched == 0
+    assert not channel.lent
+    assert get(channel, 8, most=10).value[1] == ["c", "d", "e"]  # no more than there is
+
+
+def test_a_batch_given_back_goes_to_the_front_first_lent_first():
+    channel = Channel()
+    for item in "abcdefg":
+        put(channel, item)
+    first, _ = get(channel, 7, most=2).value  # a, b
+    second, _ = get(channel, 7, most=2).value  # c, d
+    single = get(channel, 7).value  # e, lent alone
+    channel.confirm(7, first)  # a taken
+    for action in channel.give_back(7, [second, first]):
+        action()
+    assert list(channel.items) == ["b", "c", "d", "f", "g"]
+    assert channel.lent == {7: {single[0]: "e"}}  # (not given back: not asked for)
+    assert channel.batched == 0
+    waiting = get(channel, 9, most=4)
+    assert waiting.value[1] == ["b", "c", "d", "f"]
+    for action in channel.hand_back(9, waiting.value[0]):  # an interrupted read's batch
+        action()
+    assert list(channel.items) == ["b", "c", "d", "f", "g"]
+
+
+def test_a_bounded_channel_counts_a_held_batch_until_its_receipts():
+    channel = Channel(maxsize=2)
+    put(channel, "a")
+    put(channel, "b")
+    ticket, batch = get(channel, 7, most=2).value
+    assert batch == ["a", "b"]
+    waiting = put(channel, "c")
+    assert not waiting.answered  # no room: the job holds both
+    for action in channel.confirm(7, ticket):  # a taken: room for c
+        action()
+    assert waiting.answered and list(channel.items) == ["c"]
+    assert channel.full()  # b, held, and c

@@ -149,6 +149,37 @@ def test_producers_through_the_hub_send_their_puts_in_batches_each_in_its_order(
     assert len(calls) < sum(carried) / 4, (len(calls), sum(carried))
 
 
+@pytest.mark.parametrize("maxsize", [0, 40])
+def test_consumers_through_the_hub_get_in_batches_each_item_once(maxsize):
+    """Three consumers compete, none linked: a call to the hub lends a consumer what is
+    there, up to what it keeps up with, in far fewer calls than items; every item reaches
+    exactly one consumer. A bounded queue's held items leave no room for more puts."""
+    q, out = fiberlite.Queue(maxsize), fiberlite.Queue()
+    servant = get_hub().servant(q._ref.oid)
+    calls = []
+    asked = servant.op_receive_many
+
+    def counting(request, slot, most, block=True, timeout=None):
+        calls.append(most)
+        asked(request, slot, most, block, timeout)
+    servant.op_receive_many = counting
+    consumers = [fiberlite.Process(target=link_jobs.get_all, args=(q, out)) for _ in range(3)]
+    for p in consumers:
+        p.start()
+    items = 3000
+    for i in range(items):
+        q.put(i)
+        assert servant.channel.size() <= (maxsize or items)
+    for _ in consumers:
+        q.put(None)
+    got = [out.get(timeout=60) for _ in consumers]
+    for p in consumers:
+        p.join()
+    assert sorted(item for each in got for item in each) == list(range(items))
+    assert len(calls) < items / 4, len(calls)
+    assert max(calls) > 1
+
+
 @pytest.mark.parametrize("kind", ["Queue", "JoinableQueue"])
 def test_puts_gathered_through_the_hub_are_counted_before_an_event_set_after_them(kind, monkeypatch):
     """A job of another machine: its puts, which go through the hub in batches, are in the
@@ -231,10 +262,14 @@ def test_a_consumer_is_linked_again_once_the_competition_is_gone(monkeypatch):
     assert reports[-1][1], "the only consumer is linked"
     with pytest.raises(fiberlite.queues.Empty):  # this process gets too: the link ends
         q.get(timeout=0.1)
-    feed(range(ENOUGH, ENOUGH + 600))
+    sent = ENOUGH + 100
+    feed(range(ENOUGH, sent))
+    while not reports[-1][1] and sent < 20_000:  # (it asks more and more rarely: 4x the gets)
+        feed(range(sent, sent + 500))
+        sent += 500
     q.put(None)
     p.join(30)
-    assert [item for item, _ in reports] == list(range(ENOUGH + 600))
+    assert [item for item, _ in reports] == list(range(sent))
     after = [is_linked for _, is_linked in reports[ENOUGH:]]
     assert not after[0], "the link ended when this process got from the queue"
     assert after[-1], "linked again once nobody else got for a while"

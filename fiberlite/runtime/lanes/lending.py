@@ -1,7 +1,8 @@
 """Gets from a lane by a process of another machine: several items per call to the
 lane's creator, none lost when the reader dies.
 
-A process that cannot reach a queue's lane gets through the creator's hub. One call per
+A process that cannot reach a queue's lane gets through the creator's hub (and so does one
+of a queue that has no lane, from its channel: :func:`fiberlite.runtime.links.route.receive_many`). One call per
 item would cost a round trip each, so the hub hands such a reader what is already in the
 lane, up to the number it asks for (at least one, waiting for it as a get would), and
 the reader keeps the rest in this process (:class:`BatchReader`), for its next gets.
@@ -31,7 +32,7 @@ import itertools
 import queue
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .. import exit_order
 from ..hub import get_hub
@@ -43,6 +44,21 @@ HOLD_SECONDS = 0.1  # items a reader holds and does not take for this long go ba
 SLOT = "lane"  # the receipts' slot
 
 _tickets = itertools.count(1)  # (next() on it is atomic)
+
+
+class Calls(NamedTuple):
+    """How a :class:`BatchReader` asks the hub: ``get_many(*args, most, block, timeout)``,
+    ``give_back(*args, tickets)``, receipts for ``slot``; ``on_interrupt`` (given the ref):
+    what an interrupted wait for a batch does (None: the wait is not interrupted)."""
+
+    get_many: str
+    give_back: str
+    slot: Any
+    args: tuple = ()
+    on_interrupt: Callable[[Any], Callable] | None = None
+
+
+LANE = Calls("lane_get_many", "lane_give_back", SLOT)  # a lane's, through its creator's hub
 
 
 class Lending:
@@ -128,10 +144,11 @@ class Front:
 
 class BatchReader:
     """In a process of another machine: its gets from one queue through the creator's
-    hub (``ref``'s ``lane_get_many``), and the items it was handed and has not taken yet."""
+    hub (``ref``'s ``calls``), and the items it was handed and has not taken yet."""
 
-    def __init__(self, ref: Any) -> None:
+    def __init__(self, ref: Any, calls: Calls = LANE) -> None:
         self.ref = ref
+        self.calls = calls
         self._held: collections.deque = collections.deque()  # (ticket, payload), in order
         self._lock = threading.Lock()
         self._most = 1
@@ -140,29 +157,49 @@ class BatchReader:
         self._used = 0.0  # when an item was last taken from what is held
         self._timer: Any = None
 
+    def take_held(self) -> Any:
+        """The next item's payload of what this process holds; None when it holds none."""
+        with self._lock:
+            if not self._held:
+                return None
+            ticket, payload = self._held.popleft()
+            self._used = time.monotonic()
+        return self.taken(ticket, payload)
+
+    def taken(self, ticket: int, payload: Any) -> Any:
+        """``payload``, of the batch ``ticket``, is this process's now: its receipt goes."""
+        self.ref.confirm(self.calls.slot, ticket)
+        return payload
+
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item's payload (``queue.Empty`` as a queue's get raises it)."""
-        with self._lock:
-            if self._held:
-                ticket, payload = self._held.popleft()
-                self._used = time.monotonic()
-                self.ref.confirm(SLOT, ticket)
-                return payload
-            most = self._next_size()
-        start = time.monotonic()
-        answer = self.ref.call("lane_get_many", most, block, timeout)
-        if isinstance(answer, queue.Empty):
-            raise queue.Empty
+        calls = self.calls
+        while True:
+            with self._lock:
+                if self._held:
+                    ticket, payload = self._held.popleft()
+                    self._used = time.monotonic()
+                    return self.taken(ticket, payload)
+                most = self._next_size()
+            start = time.monotonic()
+            if calls.on_interrupt is None:
+                answer = self.ref.call(calls.get_many, *calls.args, most, block, timeout)
+            else:
+                answer = self.ref.wait(calls.get_many, *calls.args, most, block, timeout,
+                                       on_interrupt=calls.on_interrupt(self.ref))
+            if isinstance(answer, queue.Empty):
+                raise queue.Empty
+            if type(answer) is tuple:
+                break  # (else asked again: another thread's interrupted wait answered this one too)
         ticket, payloads = answer
         came = time.monotonic()
-        self.ref.confirm(SLOT, ticket)
         with self._lock:
             self._trip, self._came = min(TRIP_CAP, came - start), came
             if len(payloads) > 1:
                 self._held.extend((ticket, payload) for payload in payloads[1:])
                 self._used = came
                 self._hold_watch()
-        return payloads[0]
+        return self.taken(ticket, payloads[0])
 
     def _next_size(self) -> int:
         """How many items to ask for, now that what was held is taken (the lock is held)."""
@@ -198,9 +235,9 @@ class BatchReader:
             return
         try:  # (the receipts of what was taken go first, with the call)
             if wait:
-                self.ref.call("lane_give_back", tickets)
+                self.ref.call(self.calls.give_back, *self.calls.args, tickets)
             else:
-                self.ref.cast("lane_give_back", tickets)
+                self.ref.cast(self.calls.give_back, *self.calls.args, tickets)
         except Exception:  # the creator has gone
             pass
 
@@ -209,14 +246,16 @@ _readers: dict[tuple, BatchReader] = {}
 _readers_lock = threading.Lock()
 
 
-def reader(ref: Any) -> BatchReader:
+def reader(ref: Any, calls: Calls = LANE) -> BatchReader:
     """This process's one :class:`BatchReader` of the queue ``ref``."""
     key = (ref.address, ref.oid)
-    with _readers_lock:
-        found = _readers.get(key)
-        if found is None:
-            found = _readers[key] = BatchReader(ref)
-        return found
+    found = _readers.get(key)
+    if found is None:
+        with _readers_lock:
+            found = _readers.get(key)
+            if found is None:
+                found = _readers[key] = BatchReader(ref, calls)
+    return found
 
 
 def _give_back_all() -> None:
