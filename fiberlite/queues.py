@@ -30,6 +30,7 @@ from .runtime.lanes import shared as lanes
 from .runtime.lanes import lending
 from .runtime.lanes.feeder import batches
 from .runtime.links.frames import EOF
+from .runtime.links.recall import Recalls
 from .runtime.links.servant import LinkingServant
 from .units import check_timeout
 from .wire.codec import Payload
@@ -70,6 +71,7 @@ class QueueServant(LaneOps, LinkingServant):
         if lane is not None:
             self._use_lane(lane)
         self.channel = Channel(maxsize)
+        self.recalls = Recalls(self.channel)  # (jobs holding batches a read waits for)
         self.done = 0
         self.joiners: list = []
         if maxsize:  # a put must wait for room: it cannot go ahead over a link
@@ -80,6 +82,14 @@ class QueueServant(LaneOps, LinkingServant):
     @property
     def unfinished(self) -> int:
         return self.channel.enqueued - self.done
+
+    def run_actions(self, actions) -> None:
+        super().run_actions(actions)
+        if self.channel.batched:  # a read may wait for batches other jobs hold: ask them
+            with self._lock:
+                asks = self.recalls.check()
+            for ask in asks:
+                ask()
 
     # -- links: GET forwards items to a job, PUT brings a job's items to this process --------
     def _forward_channel(self, slot: str) -> Channel | None:
@@ -112,9 +122,12 @@ class QueueServant(LaneOps, LinkingServant):
     def op_receive(self, request, slot: str, block: bool = True, timeout: float | None = None) -> None:
         self.op_get(request, block, timeout)
 
-    def op_receive_many(self, request, slot: str, most: int, block: bool = True,
+    def op_receive_many(self, request, slot: str, recall: ObjectRef, most: int, block: bool = True,
                         timeout: float | None = None) -> None:
-        """A job's get of up to ``most`` items, lent as one batch (:func:`route.receive_many`)."""
+        """A job's get of up to ``most`` items, lent as one batch (:func:`route.receive_many`);
+        ``recall``: where to ask the job for what it holds when another read waits."""
+        with self._lock:
+            self.recalls.lending(request.peer, recall)
         self.op_get(request, block, timeout, max(1, min(int(most), lending.BATCH_MAX)))
 
     def send_local(self, slot: str, payload: Payload) -> bool:
@@ -181,6 +194,7 @@ class QueueServant(LaneOps, LinkingServant):
         for slot, link in self.links_of(peer):
             self._link_lost(slot, link)
         with self._lock:
+            self.recalls.forget(peer)
             actions = self.channel.drop_peer(peer)
             self.joiners = [r for r in self.joiners if r.peer != peer]
         self.run_actions(actions)

@@ -134,3 +134,66 @@ def test_a_bounded_channel_counts_a_held_batch_until_its_receipts():
         action()
     assert waiting.answered and list(channel.items) == ["c"]
     assert channel.full()  # b, held, and c
+
+
+def test_a_read_waits_for_the_items_another_job_holds_as_they_are_older():
+    channel = Channel()
+    for item in "abcd":
+        put(channel, item)
+    ticket, batch = get(channel, 7, most=2).value  # a, b held by job 7
+    waiting = get(channel, 8, most=4)
+    assert not waiting.answered  # c is newer than what job 7 holds
+    assert channel.held_elsewhere() == [7]
+    now = Answer(9)  # a get that does not wait takes what is there... unless reads wait
+    for action in channel.get(now, False, None, schedule=None):
+        action()
+    assert isinstance(now.value, Exception)  # (as multiprocessing's: another read waits)
+    channel.confirm(7, ticket)  # a taken
+    for action in channel.give_back(7, [ticket]):  # b given back: to the waiting read first
+        action()
+    assert waiting.value[1] == ["b", "c", "d"]
+    assert channel.held_elsewhere() == []
+
+
+def test_a_get_that_does_not_wait_takes_what_is_there_past_held_items():
+    channel = Channel()
+    for item in "abc":
+        put(channel, item)
+    get(channel, 7, most=2)  # a, b held by job 7
+    now = Answer(9)
+    for action in channel.get(now, False, None, schedule=None):
+        action()
+    assert now.value[1] == "c"
+
+
+class RecallRef:
+    """Stands for a job's ref for recalls: notes what it is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    def cast(self, method: str, *args) -> None:
+        self.asked.append(method)
+
+
+def test_the_owner_asks_a_holder_once_for_its_batch_when_a_read_waits_for_it():
+    servant = QueueServant(0)
+    for item in "abc":
+        servant.op_put(Answer(LOCAL_PEER), item)
+    holder_ref, other_ref = RecallRef(), RecallRef()
+    holder = Answer(7)
+    servant.op_receive_many(holder, GET, holder_ref, 2)
+    assert holder.value[1] == ["a", "b"] and holder_ref.asked == []
+    waiting, also_waiting = Answer(8), Answer(LOCAL_PEER)
+    servant.op_receive_many(waiting, GET, other_ref, 4)
+    servant.op_get(also_waiting, True, None)
+    assert holder_ref.asked == ["recall"] and other_ref.asked == []  # once, and only the holder
+    assert not waiting.answered and not also_waiting.answered
+    servant.op_give_back(Answer(7), GET, [holder.value[0]])  # a, b: it took neither
+    assert waiting.value[1] == ["a", "b", "c"]
+    servant.op_put(Answer(LOCAL_PEER), "d")
+    assert not also_waiting.answered  # job 8 holds a, b, c now: asked in turn
+    assert other_ref.asked == ["recall"]
+    for _ in range(3):
+        servant.op_received(Answer(8), GET, waiting.value[0])  # job 8 took all three
+    assert also_waiting.value == "d"

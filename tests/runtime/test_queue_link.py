@@ -151,32 +151,36 @@ def test_producers_through_the_hub_send_their_puts_in_batches_each_in_its_order(
 
 @pytest.mark.parametrize("maxsize", [0, 40])
 def test_consumers_through_the_hub_get_in_batches_each_item_once(maxsize):
-    """Three consumers compete, none linked: a call to the hub lends a consumer what is
-    there, up to what it keeps up with, in far fewer calls than items; every item reaches
-    exactly one consumer. A bounded queue's held items leave no room for more puts."""
+    """Three producers put their items and then a stop each; three consumers take items
+    until a stop each, none linked. A call to the hub lends a consumer what is there, up
+    to what it keeps up with, in far fewer calls than items; every item reaches exactly
+    one consumer: none is left with a consumer that took its stop (a read waits for the
+    items others hold, which they give back when asked, as a get of ``multiprocessing``
+    takes the oldest item). A bounded queue's held items leave no room for more puts."""
     q, out = fiberlite.Queue(maxsize), fiberlite.Queue()
     servant = get_hub().servant(q._ref.oid)
     calls = []
     asked = servant.op_receive_many
 
-    def counting(request, slot, most, block=True, timeout=None):
+    def counting(request, slot, recall, most, block=True, timeout=None):
         calls.append(most)
-        asked(request, slot, most, block, timeout)
+        asked(request, slot, recall, most, block, timeout)
     servant.op_receive_many = counting
-    consumers = [fiberlite.Process(target=link_jobs.get_all, args=(q, out)) for _ in range(3)]
-    for p in consumers:
+    tags, count = "abc", 1000
+    consumers = [fiberlite.Process(target=link_jobs.get_all, args=(q, out)) for _ in tags]
+    producers = [fiberlite.Process(target=link_jobs.put_then_stop, args=(q, tag, count)) for tag in tags]
+    for p in consumers + producers:
         p.start()
-    items = 3000
-    for i in range(items):
-        q.put(i)
-        assert servant.channel.size() <= (maxsize or items)
-    for _ in consumers:
-        q.put(None)
     got = [out.get(timeout=60) for _ in consumers]
-    for p in consumers:
+    for p in consumers + producers:
         p.join()
-    assert sorted(item for each in got for item in each) == list(range(items))
-    assert len(calls) < items / 4, len(calls)
+    for tag in tags:  # each exactly once, and in its producer's order within each consumer
+        assert sorted(i for each in got for t, i in each if t == tag) == list(range(count))
+        for each in got:
+            mine = [i for t, i in each if t == tag]
+            assert mine == sorted(mine)
+    assert servant.channel.size() == 0 and not servant.channel.lent
+    assert len(calls) < len(tags) * count / 4, len(calls)
     assert max(calls) > 1
 
 

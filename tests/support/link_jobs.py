@@ -197,6 +197,13 @@ def _relay(read, results, tag, pause: float, mark_done=None) -> None:
         time.sleep(random.uniform(0, pause))
 
 
+def put_then_stop(q, tag, count: int) -> None:
+    """Put ``(tag, i)`` for i in range(count), then one stop (None)."""
+    for i in range(count):
+        q.put((tag, i))
+    q.put(None)
+
+
 def get_all(q, out) -> None:
     """Get items until None, then report them all at once."""
     out.put(list(iter(q.get, None)))

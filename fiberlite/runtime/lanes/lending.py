@@ -35,7 +35,8 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from .. import exit_order
-from ..hub import get_hub
+from ..dialed import current, send_receipts
+from ..hub import Servant, get_hub
 
 BATCH_MAX = 256  # items a reader asks for in one call, at most
 KEEP_TRIPS = 4  # a reader asks for more while it consumes a batch within this many round trips
@@ -56,6 +57,7 @@ class Calls(NamedTuple):
     slot: Any
     args: tuple = ()
     on_interrupt: Callable[[Any], Callable] | None = None
+    recall: bool = False  # the reader's ref for recalls goes after ``args`` (:class:`Recall`)
 
 
 LANE = Calls("lane_get_many", "lane_give_back", SLOT)  # a lane's, through its creator's hub
@@ -149,6 +151,7 @@ class BatchReader:
     def __init__(self, ref: Any, calls: Calls = LANE) -> None:
         self.ref = ref
         self.calls = calls
+        self._args = calls.args + (get_hub().register(Recall(self)),) if calls.recall else calls.args
         self._held: collections.deque = collections.deque()  # (ticket, payload), in order
         self._lock = threading.Lock()
         self._most = 1
@@ -164,7 +167,7 @@ class BatchReader:
                 return None
             ticket, payload = self._held.popleft()
             self._used = time.monotonic()
-        return self.taken(ticket, payload)
+            return self.taken(ticket, payload)  # (under the lock: see give_back)
 
     def taken(self, ticket: int, payload: Any) -> Any:
         """``payload``, of the batch ``ticket``, is this process's now: its receipt goes."""
@@ -183,9 +186,9 @@ class BatchReader:
                 most = self._next_size()
             start = time.monotonic()
             if calls.on_interrupt is None:
-                answer = self.ref.call(calls.get_many, *calls.args, most, block, timeout)
+                answer = self.ref.call(calls.get_many, *self._args, most, block, timeout)
             else:
-                answer = self.ref.wait(calls.get_many, *calls.args, most, block, timeout,
+                answer = self.ref.wait(calls.get_many, *self._args, most, block, timeout,
                                        on_interrupt=calls.on_interrupt(self.ref))
             if isinstance(answer, queue.Empty):
                 raise queue.Empty
@@ -199,7 +202,7 @@ class BatchReader:
                 self._held.extend((ticket, payload) for payload in payloads[1:])
                 self._used = came
                 self._hold_watch()
-        return self.taken(ticket, payloads[0])
+            return self.taken(ticket, payloads[0])  # (under the lock: see give_back)
 
     def _next_size(self) -> int:
         """How many items to ask for, now that what was held is taken (the lock is held)."""
@@ -226,13 +229,23 @@ class BatchReader:
                 return
         self.give_back(wait=False)
 
-    def give_back(self, wait: bool = True) -> None:
-        """What this process holds goes back to the queue (``wait``: until it is there)."""
+    def recall(self) -> None:
+        """Another reader waits for what this process holds: give it back (and the
+        receipts of what it took, at once, even with nothing to give back)."""
+        if not self.give_back(wait=False):
+            client = current(self.ref.address)
+            if client is not None:
+                send_receipts(client, timed=False)
+
+    def give_back(self, wait: bool = True) -> bool:
+        """What this process holds goes back to the queue (``wait``: until it is there).
+        The receipts of what was taken ride on the call (each is kept under the lock as
+        its item is taken), so only what was not taken goes back."""
         with self._lock:
             tickets = list(dict.fromkeys(ticket for ticket, _ in self._held))
             self._held.clear()
         if not tickets:
-            return
+            return False
         try:  # (the receipts of what was taken go first, with the call)
             if wait:
                 self.ref.call(self.calls.give_back, *self.calls.args, tickets)
@@ -240,6 +253,20 @@ class BatchReader:
                 self.ref.cast(self.calls.give_back, *self.calls.args, tickets)
         except Exception:  # the creator has gone
             pass
+        return True
+
+
+class Recall(Servant):
+    """In a reader's process: the owner's request for what its :class:`BatchReader` holds
+    (another reader waits, :mod:`fiberlite.runtime.links.recall`)."""
+
+    def __init__(self, reader: BatchReader) -> None:
+        self.reader = reader
+
+    def op_recall(self, request: Any) -> None:
+        request.reply()
+        self.reader.recall()  # (at once: a thread more would wait for the busy reader's GIL too)
+
 
 # (kept while the process lives: what one holds goes back once not taken, see HOLD_SECONDS)
 _readers: dict[tuple, BatchReader] = {}

@@ -35,13 +35,15 @@ _tickets = itertools.count(1)  # (next() on it is atomic)
 class Waiter:
     """A request waiting in a channel, with its optional deadline timer."""
 
-    __slots__ = ("request", "payload", "peek", "most", "timer", "done")
+    __slots__ = ("request", "payload", "peek", "most", "now", "timer", "done")
 
-    def __init__(self, request: Any, payload: Any = None, peek: bool = False, most: int = 0) -> None:
+    def __init__(self, request: Any, payload: Any = None, peek: bool = False, most: int = 0,
+                 now: bool = False) -> None:
         self.request = request
         self.payload = payload
         self.peek = peek
         self.most = most  # a job's get of up to this many items, lent as one batch (0: one item)
+        self.now = now  # a get that does not wait: it takes what is there
         self.timer = None
         self.done = False
 
@@ -98,14 +100,19 @@ class Channel:
             peek: bool = False, most: int = 0) -> list[Action]:
         """A read: an item, or with ``most`` (a job's) up to that many lent as one batch."""
         actions: list[Action] = []
+        now = not block or (timeout is not None and timeout <= 0)
+        waiter = Waiter(request, peek=peek, most=most, now=now)
         if (self.items or self.writers_gone) and not self.held:
-            self.getters.append(Waiter(request, peek=peek, most=most))
+            self.getters.append(waiter)
             self._serve_getters(actions)
-            return actions
-        if not block or (timeout is not None and timeout <= 0):
+            if waiter.done:
+                return actions
+            self.getters.remove(waiter)  # (behind items other jobs hold: see _serve_getters)
+            if not now:
+                waiter = Waiter(request, peek=peek, most=most)
+        if now:
             actions.append((lambda: request.reply(False)) if peek else (lambda: request.fail(queue.Empty())))
             return actions
-        waiter = Waiter(request, peek=peek, most=most)
         self.getters.append(waiter)
         if timeout is not None:
             waiter.timer = schedule(timeout, waiter, self.getters, None if peek else queue.Empty)
@@ -125,6 +132,11 @@ class Channel:
         """End :attr:`held`: ``items`` (handed back) go first, then waiting getters are served."""
         self.held = False
         return self._put_back(items)
+
+    def holders(self) -> list[int]:
+        """The jobs that hold items of batches they have not taken (nor confirmed)."""
+        return [peer for peer, loans in self.lent.items()
+                if any(type(loan) is collections.deque and loan for loan in loans.values())]
 
     def hand_back(self, peer: int, ticket: int) -> list[Action]:
         """What the job ``peer`` was lent with ``ticket`` and did not take (an item that
@@ -180,15 +192,33 @@ class Channel:
         del lent[ticket]
         if not lent:
             del self.lent[peer]
+        if type(batch) is collections.deque and self.getters:
+            self._serve_getters(actions)  # (a read may have waited for the batch)
         return actions
+
+    def held_elsewhere(self) -> list[int]:
+        """The jobs whose held batches the first waiting read must wait for: items
+        older than any in the channel, which a get of ``multiprocessing`` would return
+        first (a reader that stops reading must not keep them from the others)."""
+        for waiter in self.getters:
+            if not waiter.done:
+                if waiter.peek or waiter.now or not self.batched:
+                    return []
+                peer = waiter.request.peer
+                return [holder for holder in self.holders() if holder != peer]
+        return []
 
     def _serve_getters(self, actions: list[Action]) -> None:
         if self.held:
             return
         while self.getters and (self.items or self.writers_gone):
-            waiter = self.getters.popleft()
+            waiter = self.getters[0]
             if waiter.done:
+                self.getters.popleft()
                 continue
+            if self.batched and not (waiter.peek or waiter.now) and self.held_elsewhere():
+                return  # (the holders are asked for them: Recalls)
+            self.getters.popleft()
             waiter.finish()
             request = waiter.request
             if waiter.peek:

@@ -106,7 +106,8 @@ def receive_many(ref: ObjectRef, slot: Hashable, block: bool = True,
 
 @functools.lru_cache(maxsize=None)
 def _calls(slot: Hashable) -> lending.Calls:
-    return lending.Calls("receive_many", "give_back", slot, (slot,), lambda ref: _withdrawn(ref, slot))
+    return lending.Calls("receive_many", "give_back", slot, (slot,), lambda ref: _withdrawn(ref, slot),
+                         recall=True)
 
 
 def poll(ref: ObjectRef, slot: Hashable, servant: Any, timeout: float | None) -> bool:
