@@ -9,9 +9,7 @@ to land before it exits, and ``join_thread()`` waits for them too.
 An unbounded queue that one job alone gets from, or (but for a JoinableQueue) that
 one job alone puts into while its creator gets, is linked to that job
 (:mod:`fiberlite.runtime.links`): items then travel straight between the two processes.
-Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.route`);
-through the hub, a job's puts go in batches, and its gets take several items a call,
-lent until the job takes them (:func:`~fiberlite.runtime.links.route.receive_many`).
+Puts and gets take the route a ``Pipe`` takes (:mod:`fiberlite.runtime.links.route`).
 """
 from __future__ import annotations
 
@@ -30,7 +28,6 @@ from .runtime.lanes import shared as lanes
 from .runtime.lanes import lending
 from .runtime.lanes.feeder import batches
 from .runtime.links.frames import EOF
-from .runtime.links.recall import Recalls
 from .runtime.links.servant import LinkingServant
 from .units import check_timeout
 from .wire.codec import Payload
@@ -71,7 +68,6 @@ class QueueServant(LaneOps, LinkingServant):
         if lane is not None:
             self._use_lane(lane)
         self.channel = Channel(maxsize)
-        self.recalls = Recalls(self.channel)  # (jobs holding batches a read waits for)
         self.done = 0
         self.joiners: list = []
         if maxsize:  # a put must wait for room: it cannot go ahead over a link
@@ -82,14 +78,6 @@ class QueueServant(LaneOps, LinkingServant):
     @property
     def unfinished(self) -> int:
         return self.channel.enqueued - self.done
-
-    def run_actions(self, actions) -> None:
-        super().run_actions(actions)
-        if self.channel.batched:  # a read may wait for batches other jobs hold: ask them
-            with self._lock:
-                asks = self.recalls.check()
-            for ask in asks:
-                ask()
 
     # -- links: GET forwards items to a job, PUT brings a job's items to this process --------
     def _forward_channel(self, slot: str) -> Channel | None:
@@ -122,14 +110,6 @@ class QueueServant(LaneOps, LinkingServant):
     def op_receive(self, request, slot: str, block: bool = True, timeout: float | None = None) -> None:
         self.op_get(request, block, timeout)
 
-    def op_receive_many(self, request, slot: str, recall: ObjectRef, most: int, block: bool = True,
-                        timeout: float | None = None) -> None:
-        """A job's get of up to ``most`` items, lent as one batch (:func:`route.receive_many`);
-        ``recall``: where to ask the job for what it holds when another read waits."""
-        with self._lock:
-            self.recalls.lending(request.peer, recall)
-        self.op_get(request, block, timeout, max(1, min(int(most), lending.BATCH_MAX)))
-
     def send_local(self, slot: str, payload: Payload) -> bool:
         """A put of this process, straight over the link of the job that alone gets."""
         return self.forward_local(GET, payload)
@@ -152,19 +132,19 @@ class QueueServant(LaneOps, LinkingServant):
                 actions += self.channel.put(request, payload, block, timeout, self.schedule_expiry)
         self.run_actions(actions)
 
-    def op_get(self, request, block: bool = True, timeout: float | None = None, most: int = 0) -> None:
+    def op_get(self, request, block: bool = True, timeout: float | None = None) -> None:
         with self._lock:
             self._used(GET, request.peer)
             actions = self._unlink(GET)  # another getter: the linked job hands back first
             if request.peer != LOCAL_PEER:
                 actions += self._unlink(PUT)
-            actions += self._read_returned(request, PUT, block, timeout, most=most)
+            actions += self._read_returned(request, PUT, block, timeout)
         self.run_actions(actions)
 
     def op_qsize(self, request) -> None:
         with self._lock:  # counted here: what a link holds comes back first
             actions = self._unlink(GET) + self._unlink(PUT)
-        request.reply(self.channel.size())
+        request.reply(len(self.channel.items))
         self.run_actions(actions)
 
     def op_task_done(self, request) -> None:
@@ -194,7 +174,6 @@ class QueueServant(LaneOps, LinkingServant):
         for slot, link in self.links_of(peer):
             self._link_lost(slot, link)
         with self._lock:
-            self.recalls.forget(peer)
             actions = self.channel.drop_peer(peer)
             self.joiners = [r for r in self.joiners if r.peer != peer]
         self.run_actions(actions)
@@ -290,7 +269,9 @@ class Queue:
             check_timeout(timeout)
         if self._lane is not None:
             return self._lane.get_object(block, timeout)
-        return _get(self, block, timeout)
+        if self._place is not None:
+            return lending.reader(self._ref).get(block, timeout).unpack()
+        return route.receive(self._ref, GET, self._servant, block, timeout).unpack()
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -394,7 +375,9 @@ class SimpleQueue:
         self._check_open()
         if self._lane is not None:
             return self._lane.get_object()
-        return _get(self, True, None)
+        if self._place is not None:
+            return lending.reader(self._ref).get().unpack()
+        return route.receive(self._ref, GET, self._servant).unpack()
 
     def empty(self) -> bool:
         if self._closed:
@@ -420,15 +403,6 @@ def _new_servant(maxsize: int, joinable: bool) -> tuple[QueueServant, QueueLane 
     servant = QueueServant(maxsize, joinable, lane)
     weakref.finalize(servant, forget)
     return servant, lane
-
-
-def _get(queue_: Queue | SimpleQueue, block: bool, timeout: float | None) -> Any:
-    """A get of a process that cannot reach the queue's lane (or of a queue without one)."""
-    if queue_._place is not None:
-        return lending.reader(queue_._ref).get(block, timeout).unpack()
-    if queue_._servant is None:  # a job: several items a call, or its link
-        return route.receive_many(queue_._ref, GET, block, timeout).unpack()
-    return route.receive(queue_._ref, GET, queue_._servant, block, timeout).unpack()
 
 
 def _raised(answer: Any) -> Any:

@@ -197,18 +197,6 @@ def _relay(read, results, tag, pause: float, mark_done=None) -> None:
         time.sleep(random.uniform(0, pause))
 
 
-def put_then_stop(q, tag, count: int) -> None:
-    """Put ``(tag, i)`` for i in range(count), then one stop (None)."""
-    for i in range(count):
-        q.put((tag, i))
-    q.put(None)
-
-
-def get_all(q, out) -> None:
-    """Get items until None, then report them all at once."""
-    out.put(list(iter(q.get, None)))
-
-
 def report_links_while_getting(q, out) -> None:
     """Get items until None, reporting each with whether this job then had a link."""
     for item in iter(q.get, None):
@@ -225,21 +213,15 @@ def relay_noting(source, results, tag, pause: float, note_path: str, joinable: b
     (it outlives a SIGKILL), before its receipt is sent: what this job may have got and
     not passed on."""
     import os
-    from fiberlite.runtime.lanes.lending import BatchReader
     from fiberlite.runtime.links import route
     note = os.open(note_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    through_hub, taken = route.got_through_hub, BatchReader.taken
+    through_hub = route.got_through_hub
 
     def noting(ref, slot, reply):
         if type(reply) is tuple:
             os.write(note, b"%r\n" % (reply[1].unpack(),))
         return through_hub(ref, slot, reply)
-
-    def noting_batched(reader, ticket, payload):  # (a queue's get: its items come in batches)
-        os.write(note, b"%r\n" % (payload.unpack(),))
-        return taken(reader, ticket, payload)
     route.got_through_hub = noting
-    BatchReader.taken = noting_batched
     results.put((READY, tag))
     if hasattr(source, "get"):
         _relay(source.get, results, tag, pause, source.task_done if joinable else None)

@@ -1,8 +1,7 @@
 """Gets from a lane by a process of another machine: several items per call to the
 lane's creator, none lost when the reader dies.
 
-A process that cannot reach a queue's lane gets through the creator's hub (and so does one
-of a queue that has no lane, from its channel: :func:`fiberlite.runtime.links.route.receive_many`). One call per
+A process that cannot reach a queue's lane gets through the creator's hub. One call per
 item would cost a round trip each, so the hub hands such a reader what is already in the
 lane, up to the number it asks for (at least one, waiting for it as a get would), and
 the reader keeps the rest in this process (:class:`BatchReader`), for its next gets.
@@ -32,11 +31,10 @@ import itertools
 import queue
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 from .. import exit_order
-from ..dialed import current, send_receipts
-from ..hub import Servant, get_hub
+from ..hub import get_hub
 
 BATCH_MAX = 256  # items a reader asks for in one call, at most
 KEEP_TRIPS = 4  # a reader asks for more while it consumes a batch within this many round trips
@@ -45,22 +43,6 @@ HOLD_SECONDS = 0.1  # items a reader holds and does not take for this long go ba
 SLOT = "lane"  # the receipts' slot
 
 _tickets = itertools.count(1)  # (next() on it is atomic)
-
-
-class Calls(NamedTuple):
-    """How a :class:`BatchReader` asks the hub: ``get_many(*args, most, block, timeout)``,
-    ``give_back(*args, tickets)``, receipts for ``slot``; ``on_interrupt`` (given the ref):
-    what an interrupted wait for a batch does (None: the wait is not interrupted)."""
-
-    get_many: str
-    give_back: str
-    slot: Any
-    args: tuple = ()
-    on_interrupt: Callable[[Any], Callable] | None = None
-    recall: bool = False  # the reader's ref for recalls goes after ``args`` (:class:`Recall`)
-
-
-LANE = Calls("lane_get_many", "lane_give_back", SLOT)  # a lane's, through its creator's hub
 
 
 class Lending:
@@ -146,12 +128,10 @@ class Front:
 
 class BatchReader:
     """In a process of another machine: its gets from one queue through the creator's
-    hub (``ref``'s ``calls``), and the items it was handed and has not taken yet."""
+    hub (``ref``'s ``lane_get_many``), and the items it was handed and has not taken yet."""
 
-    def __init__(self, ref: Any, calls: Calls = LANE) -> None:
+    def __init__(self, ref: Any) -> None:
         self.ref = ref
-        self.calls = calls
-        self._args = calls.args + (get_hub().register(Recall(self)),) if calls.recall else calls.args
         self._held: collections.deque = collections.deque()  # (ticket, payload), in order
         self._lock = threading.Lock()
         self._most = 1
@@ -160,49 +140,29 @@ class BatchReader:
         self._used = 0.0  # when an item was last taken from what is held
         self._timer: Any = None
 
-    def take_held(self) -> Any:
-        """The next item's payload of what this process holds; None when it holds none."""
-        with self._lock:
-            if not self._held:
-                return None
-            ticket, payload = self._held.popleft()
-            self._used = time.monotonic()
-            return self.taken(ticket, payload)  # (under the lock: see give_back)
-
-    def taken(self, ticket: int, payload: Any) -> Any:
-        """``payload``, of the batch ``ticket``, is this process's now: its receipt goes."""
-        self.ref.confirm(self.calls.slot, ticket)
-        return payload
-
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item's payload (``queue.Empty`` as a queue's get raises it)."""
-        calls = self.calls
-        while True:
-            with self._lock:
-                if self._held:
-                    ticket, payload = self._held.popleft()
-                    self._used = time.monotonic()
-                    return self.taken(ticket, payload)
-                most = self._next_size()
-            start = time.monotonic()
-            if calls.on_interrupt is None:
-                answer = self.ref.call(calls.get_many, *self._args, most, block, timeout)
-            else:
-                answer = self.ref.wait(calls.get_many, *self._args, most, block, timeout,
-                                       on_interrupt=calls.on_interrupt(self.ref))
-            if isinstance(answer, queue.Empty):
-                raise queue.Empty
-            if type(answer) is tuple:
-                break  # (else asked again: another thread's interrupted wait answered this one too)
+        with self._lock:
+            if self._held:
+                ticket, payload = self._held.popleft()
+                self._used = time.monotonic()
+                self.ref.confirm(SLOT, ticket)
+                return payload
+            most = self._next_size()
+        start = time.monotonic()
+        answer = self.ref.call("lane_get_many", most, block, timeout)
+        if isinstance(answer, queue.Empty):
+            raise queue.Empty
         ticket, payloads = answer
         came = time.monotonic()
+        self.ref.confirm(SLOT, ticket)
         with self._lock:
             self._trip, self._came = min(TRIP_CAP, came - start), came
             if len(payloads) > 1:
                 self._held.extend((ticket, payload) for payload in payloads[1:])
                 self._used = came
                 self._hold_watch()
-            return self.taken(ticket, payloads[0])  # (under the lock: see give_back)
+        return payloads[0]
 
     def _next_size(self) -> int:
         """How many items to ask for, now that what was held is taken (the lock is held)."""
@@ -229,60 +189,34 @@ class BatchReader:
                 return
         self.give_back(wait=False)
 
-    def recall(self) -> None:
-        """Another reader waits for what this process holds: give it back (and the
-        receipts of what it took, at once, even with nothing to give back)."""
-        if not self.give_back(wait=False):
-            client = current(self.ref.address)
-            if client is not None:
-                send_receipts(client, timed=False)
-
-    def give_back(self, wait: bool = True) -> bool:
-        """What this process holds goes back to the queue (``wait``: until it is there).
-        The receipts of what was taken ride on the call (each is kept under the lock as
-        its item is taken), so only what was not taken goes back."""
+    def give_back(self, wait: bool = True) -> None:
+        """What this process holds goes back to the queue (``wait``: until it is there)."""
         with self._lock:
             tickets = list(dict.fromkeys(ticket for ticket, _ in self._held))
             self._held.clear()
         if not tickets:
-            return False
+            return
         try:  # (the receipts of what was taken go first, with the call)
             if wait:
-                self.ref.call(self.calls.give_back, *self.calls.args, tickets)
+                self.ref.call("lane_give_back", tickets)
             else:
-                self.ref.cast(self.calls.give_back, *self.calls.args, tickets)
+                self.ref.cast("lane_give_back", tickets)
         except Exception:  # the creator has gone
             pass
-        return True
-
-
-class Recall(Servant):
-    """In a reader's process: the owner's request for what its :class:`BatchReader` holds
-    (another reader waits, :mod:`fiberlite.runtime.links.recall`)."""
-
-    def __init__(self, reader: BatchReader) -> None:
-        self.reader = reader
-
-    def op_recall(self, request: Any) -> None:
-        request.reply()
-        self.reader.recall()  # (at once: a thread more would wait for the busy reader's GIL too)
-
 
 # (kept while the process lives: what one holds goes back once not taken, see HOLD_SECONDS)
 _readers: dict[tuple, BatchReader] = {}
 _readers_lock = threading.Lock()
 
 
-def reader(ref: Any, calls: Calls = LANE) -> BatchReader:
+def reader(ref: Any) -> BatchReader:
     """This process's one :class:`BatchReader` of the queue ``ref``."""
     key = (ref.address, ref.oid)
-    found = _readers.get(key)
-    if found is None:
-        with _readers_lock:
-            found = _readers.get(key)
-            if found is None:
-                found = _readers[key] = BatchReader(ref, calls)
-    return found
+    with _readers_lock:
+        found = _readers.get(key)
+        if found is None:
+            found = _readers[key] = BatchReader(ref)
+        return found
 
 
 def _give_back_all() -> None:

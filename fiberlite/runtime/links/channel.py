@@ -11,13 +11,6 @@ with its next request to this process, or on its own shortly after its read retu
 (:func:`~fiberlite.runtime.links.reader.got_through_hub`). Items still lent when the job's
 connection ends go back to the front of the channel, in their order
 (:meth:`Channel.drop_peer`).
-
-A get of a job may ask for up to ``most`` items (:meth:`Channel.get`): what is there (at
-least one, waited for as a single get would) is lent as one *batch* under one ticket,
-``(ticket, [items])``. The job keeps what it does not take at once; a receipt for the
-ticket confirms the batch's next item, and :meth:`Channel.give_back` takes what it had not
-taken back to the front. Items of a batch count as in the channel (``size()``, a bound's
-room) until their receipts come.
 """
 from __future__ import annotations
 
@@ -35,15 +28,12 @@ _tickets = itertools.count(1)  # (next() on it is atomic)
 class Waiter:
     """A request waiting in a channel, with its optional deadline timer."""
 
-    __slots__ = ("request", "payload", "peek", "most", "now", "timer", "done")
+    __slots__ = ("request", "payload", "peek", "timer", "done")
 
-    def __init__(self, request: Any, payload: Any = None, peek: bool = False, most: int = 0,
-                 now: bool = False) -> None:
+    def __init__(self, request: Any, payload: Any = None, peek: bool = False) -> None:
         self.request = request
         self.payload = payload
         self.peek = peek
-        self.most = most  # a job's get of up to this many items, lent as one batch (0: one item)
-        self.now = now  # a get that does not wait: it takes what is there
         self.timer = None
         self.done = False
 
@@ -65,16 +55,10 @@ class Channel:
         self.readers_gone = False
         self.held = False  # getters wait even if there are items (a link hands items back)
         self.enqueued = 0  # items that ever entered the channel (JoinableQueue counts these)
-        # peer -> {ticket: item, or the deque of a batch's items} not yet confirmed
-        self.lent: dict[int, dict[int, Any]] = {}
-        self.batched = 0  # items of lent batches not yet confirmed (counted as in the channel)
+        self.lent: dict[int, dict[int, Any]] = {}  # peer -> {ticket: item} not yet confirmed
 
     def full(self) -> bool:
-        return 0 < self.maxsize <= len(self.items) + self.batched
-
-    def size(self) -> int:
-        """The items in the channel, those of batches a job holds and has not taken included."""
-        return len(self.items) + self.batched
+        return 0 < self.maxsize <= len(self.items)
 
     # each method returns the actions to run once the lock is released
     def put(self, request: Any, payload: Any, block: bool, timeout: float | None,
@@ -97,22 +81,16 @@ class Channel:
         return actions
 
     def get(self, request: Any, block: bool, timeout: float | None, schedule: Callable,
-            peek: bool = False, most: int = 0) -> list[Action]:
-        """A read: an item, or with ``most`` (a job's) up to that many lent as one batch."""
+            peek: bool = False) -> list[Action]:
         actions: list[Action] = []
-        now = not block or (timeout is not None and timeout <= 0)
-        waiter = Waiter(request, peek=peek, most=most, now=now)
         if (self.items or self.writers_gone) and not self.held:
-            self.getters.append(waiter)
+            self.getters.append(Waiter(request, peek=peek))
             self._serve_getters(actions)
-            if waiter.done:
-                return actions
-            self.getters.remove(waiter)  # (behind items other jobs hold: see _serve_getters)
-            if not now:
-                waiter = Waiter(request, peek=peek, most=most)
-        if now:
+            return actions
+        if not block or (timeout is not None and timeout <= 0):
             actions.append((lambda: request.reply(False)) if peek else (lambda: request.fail(queue.Empty())))
             return actions
+        waiter = Waiter(request, peek=peek)
         self.getters.append(waiter)
         if timeout is not None:
             waiter.timer = schedule(timeout, waiter, self.getters, None if peek else queue.Empty)
@@ -133,40 +111,9 @@ class Channel:
         self.held = False
         return self._put_back(items)
 
-    def holders(self) -> list[int]:
-        """The jobs that hold items of batches they have not taken (nor confirmed)."""
-        return [peer for peer, loans in self.lent.items()
-                if any(type(loan) is collections.deque and loan for loan in loans.values())]
-
-    def hand_back(self, peer: int, ticket: int) -> list[Action]:
-        """What the job ``peer`` was lent with ``ticket`` and did not take (an item that
-        reached an interrupted read, what is left of a batch) goes back to the front."""
-        return self.give_back(peer, [ticket])
-
     def release_one(self, item: Any) -> list[Action]:
-        """Put ``item`` (handed back unread) back at the front."""
+        """Put ``item`` (lent, and handed back unread) back at the front."""
         return self._put_back([item])
-
-    def give_back(self, peer: int, tickets: list) -> list[Action]:
-        """What the job ``peer`` holds of what it was lent with ``tickets`` and did not take
-        goes back to the front, first lent first."""
-        lent = self.lent.get(peer)
-        if not lent:
-            return []
-        back: list = []
-        for ticket in sorted(tickets):
-            if ticket in lent:
-                back += self._unlent(lent.pop(ticket))
-        if not lent:
-            del self.lent[peer]
-        return self._put_back(back) if back else []
-
-    def _unlent(self, lent: Any) -> list:
-        """The items of one loan (an item, or a batch's deque) as a list, uncounted."""
-        if type(lent) is not collections.deque:
-            return [lent]
-        self.batched -= len(lent)
-        return list(lent)
 
     def _put_back(self, items: list) -> list[Action]:
         self.items.extendleft(reversed(items))
@@ -174,76 +121,36 @@ class Channel:
         self._serve_getters(actions)
         return actions
 
-    def confirm(self, peer: int, ticket: int) -> list[Action]:
-        """The job ``peer`` got the item lent to it with ``ticket`` (a batch's next one):
-        it is no longer ours."""
+    def confirm(self, peer: int, ticket: int) -> None:
+        """The job ``peer`` got the item lent to it with ``ticket``: it is no longer ours."""
         lent = self.lent.get(peer)
-        if lent is None or ticket not in lent:
-            return []
-        batch = lent[ticket]
-        actions: list[Action] = []
-        if type(batch) is collections.deque:
-            if batch:
-                batch.popleft()
-                self.batched -= 1
-                self._admit_putter(actions)
-            if batch:
-                return actions
-        del lent[ticket]
-        if not lent:
-            del self.lent[peer]
-        if type(batch) is collections.deque and self.getters:
-            self._serve_getters(actions)  # (a read may have waited for the batch)
-        return actions
-
-    def held_elsewhere(self) -> list[int]:
-        """The jobs whose held batches the first waiting read must wait for: items
-        older than any in the channel, which a get of ``multiprocessing`` would return
-        first (a reader that stops reading must not keep them from the others)."""
-        for waiter in self.getters:
-            if not waiter.done:
-                if waiter.peek or waiter.now or not self.batched:
-                    return []
-                peer = waiter.request.peer
-                return [holder for holder in self.holders() if holder != peer]
-        return []
+        if lent is not None:
+            lent.pop(ticket, None)
+            if not lent:
+                del self.lent[peer]
 
     def _serve_getters(self, actions: list[Action]) -> None:
         if self.held:
             return
         while self.getters and (self.items or self.writers_gone):
-            waiter = self.getters[0]
+            waiter = self.getters.popleft()
             if waiter.done:
-                self.getters.popleft()
                 continue
-            if self.batched and not (waiter.peek or waiter.now) and self.held_elsewhere():
-                return  # (the holders are asked for them: Recalls)
-            self.getters.popleft()
             waiter.finish()
             request = waiter.request
             if waiter.peek:
                 actions.append(lambda r=request: r.reply(True))
             elif self.items:
+                payload = self.items.popleft()
                 if request.peer != LOCAL_PEER:  # lent until the job's receipt comes
                     ticket = next(_tickets)
-                    loan = self._lend(waiter.most)
-                    self.lent.setdefault(request.peer, {})[ticket] = loan
-                    reply = (ticket, list(loan) if waiter.most else loan)
-                    actions.append(lambda r=request, p=reply: r.reply(p))
+                    self.lent.setdefault(request.peer, {})[ticket] = payload
+                    actions.append(lambda r=request, p=(ticket, payload): r.reply(p))
                 else:
-                    payload = self.items.popleft()
                     actions.append(lambda r=request, p=payload: r.reply(p))
                 self._admit_putter(actions)
             else:
                 actions.append(lambda r=request: r.fail(EOFError()))
-
-    def _lend(self, most: int) -> Any:
-        """The next item, or (``most``) a batch of up to that many, taken to be lent."""
-        if not most:
-            return self.items.popleft()
-        batch = collections.deque(self.items.popleft() for _ in range(min(most, len(self.items))))
-        self.batched += len(batch)
-        return batch
 
     def _admit_putter(self, actions: list[Action]) -> None:
         while self.putters and not self.full():
@@ -289,6 +196,4 @@ class Channel:
                 waiter.finish()
                 waiters.remove(waiter)
         lent = self.lent.pop(peer, None)
-        if not lent:
-            return []
-        return self._put_back([item for loan in lent.values() for item in self._unlent(loan)])
+        return self._put_back(list(lent.values())) if lent else []

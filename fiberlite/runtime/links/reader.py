@@ -219,13 +219,13 @@ def reader_of(ref: ObjectRef, end: int) -> LinkedReader | None:
     return _readers.get((ref.address, ref.oid, end)) if _readers else None
 
 
-def used_through_hub(ref: ObjectRef, slot: Any, may_ask: bool = True) -> None:
+def used_through_hub(ref: ObjectRef, slot: Any) -> None:
     """Count a use of a remote slot (a pipe's end read, a queue's get or put) through its
-    hub; ask for a link once it is worth it (``may_ask``: now is a moment to)."""
+    hub; ask for a link once it is worth it."""
     key = (ref.address, ref.oid, slot)
     _reads[key] += 1
     count = _reads[key]
-    if may_ask and count >= _next_ask.get(key, LINK_AFTER):
+    if count >= _next_ask.get(key, LINK_AFTER):
         _next_ask[key] = count * 4  # asked now: if refused, later and more rarely
         _try_link(ref, slot)
 

@@ -16,14 +16,12 @@ over the link.
 """
 from __future__ import annotations
 
-import functools
 import queue
 import time
 from typing import Any, Callable, Hashable
 
 from ...wire.codec import Payload
 from ..hub import ObjectRef
-from ..lanes import lending
 from ..lanes.feeder import batches
 from .frames import RETRY, Unlinked
 from .reader import _readers, got_through_hub, used_through_hub
@@ -84,30 +82,6 @@ def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
     if servant is None and may_link:
         used_through_hub(ref, slot)
     return payload
-
-
-def receive_many(ref: ObjectRef, slot: Hashable, block: bool = True,
-                 timeout: float | None = None) -> Payload:
-    """As :func:`receive` in a job (not the owner) that reads a slot others may read too (a
-    queue's gets): without a link, the hub lends it several items a call, as many as it
-    keeps up with (:class:`~..lanes.lending.BatchReader`), and it holds those it has not
-    taken yet. Those come first; a link, when the job has one, then carries the rest."""
-    batch = lending.reader(ref, _calls(slot))
-    payload = batch.take_held()
-    if payload is not None:
-        used_through_hub(ref, slot, may_ask=False)
-        return payload
-    if not _readers.get((ref.address, ref.oid, slot)):
-        used_through_hub(ref, slot)  # (asks for a link now and then: it holds nothing then)
-    if _readers.get((ref.address, ref.oid, slot)):
-        return receive(ref, slot, None, block, timeout, may_link=False)
-    return batch.get(block, timeout)
-
-
-@functools.lru_cache(maxsize=None)
-def _calls(slot: Hashable) -> lending.Calls:
-    return lending.Calls("receive_many", "give_back", slot, (slot,), lambda ref: _withdrawn(ref, slot),
-                         recall=True)
 
 
 def poll(ref: ObjectRef, slot: Hashable, servant: Any, timeout: float | None) -> bool:

@@ -238,33 +238,24 @@ class LinkingServant(LockedServant):
         self.run_actions([lambda r=r: r.reply(RETRY) for r in waiting] + [request.reply])
 
     def op_hand_back(self, request, slot: Hashable, ticket: int | None, item: Any = None) -> None:
-        """What was lent with ``ticket`` (or, in this process, which borrows nothing,
+        """The item lent with ``ticket`` (or, in this process, which borrows nothing,
         ``item``) reached a read that was interrupted: it goes back to the front, for the
         next read."""
         with self._lock:
             channel = self._forward_channel(slot)
-            if channel is None:
-                actions = []
-            else:
-                actions = channel.hand_back(request.peer, ticket) if item is None else channel.release_one(item)
-                actions += self._readable(channel)
-        self.run_actions(actions + [request.reply])
-
-    def op_give_back(self, request, slot: Hashable, tickets: list) -> None:
-        """The job gives back what it holds of the batches lent with ``tickets`` and did not
-        take (:mod:`fiberlite.runtime.lanes.lending`): it goes back to the front."""
-        with self._lock:
-            channel = self._forward_channel(slot)
-            actions = [] if channel is None else channel.give_back(request.peer, tickets) + self._readable(channel)
+            lent = channel.lent.get(request.peer, {}) if channel else {}
+            if ticket in lent:
+                item = lent.pop(ticket)
+                if not lent:
+                    del channel.lent[request.peer]
+            actions = [] if item is None else channel.release_one(item) + self._readable(channel)
         self.run_actions(actions + [request.reply])
 
     def op_received(self, request, slot: Hashable, ticket: int) -> None:
         """The receipt of a job for the item lent to it with ``ticket`` (see
-        :func:`~.reader.got_through_hub`), or for a batch's next item: it is the job's now."""
+        :func:`~.reader.got_through_hub`): the item is the job's now."""
         with self._lock:
-            actions = self._forward_channel(slot).confirm(request.peer, ticket)  # type: ignore[union-attr]
-        if actions:  # (a putter the receipt made room for)
-            self.run_actions(actions)
+            self._forward_channel(slot).confirm(request.peer, ticket)  # type: ignore[union-attr]
 
     def op_machine(self, request) -> None:
         """This process's :func:`~fiberlite.runtime.machine.machine_id`: a job that shares it
@@ -281,7 +272,7 @@ class LinkingServant(LockedServant):
 
     # -- reading, in this process, what a linked job sends -----------------------------------
     def _read_returned(self, request, slot: Hashable, block: bool, timeout: float | None,
-                       peek: bool = False, most: int = 0) -> list:
+                       peek: bool = False) -> list:
         """Actions for ``request``, a read of the return channel of ``slot``. A read of this
         process is answered :data:`~.frames.RETRY` if the link of ``slot`` came up after
         the read looked for it (:meth:`receive_returned`) and before it reached here: what
@@ -290,7 +281,7 @@ class LinkingServant(LockedServant):
         channel = self._return_channel(slot)
         if request.peer == LOCAL_PEER and not channel.items and self._link_carries(slot):  # type: ignore[union-attr]
             return [lambda: request.reply(RETRY)]
-        return channel.get(request, block, timeout, self.schedule_expiry, peek=peek, most=most)  # type: ignore[union-attr]
+        return channel.get(request, block, timeout, self.schedule_expiry, peek=peek)  # type: ignore[union-attr]
 
     def _link_carries(self, slot: Hashable) -> bool:
         """Whether what the job linked to ``slot`` sends comes over its link (not when the
