@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from . import exit_order, identity
 from .dialed import connect
@@ -190,34 +190,37 @@ def _settle_others(channel: _Channel | None) -> None:
 
 
 def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
-         interrupted: tuple | None = None) -> Any:
+         interrupted: tuple | None = None,
+         kept: Callable[[bool, Any], None] | None = None) -> Any:
     """``ref.call(method, *args)`` (``ref.wait`` with ``interruptible``), directly where
     the servant's hub offers it. ``interrupted``: ``(method, *args)`` of the servant's
     call that withdraws this one, made on the same connection (so that it is handled
     after this one) when a signal's handler interrupts the wait; the interruption is
-    raised after it."""
+    raised after it. ``kept``: given the interrupted call's own answer ``(ok, value)``
+    when one came before the withdrawal's (a queue's read hands back the item it was
+    lent), else its answer is dropped."""
     channel = _direct(ref)
     if channel is None:
-        return _through_hub(ref, method, args, interruptible, interrupted)
+        return _through_hub(ref, method, args, interruptible, interrupted, kept)
     try:
         conn = channel.take()
     except (OSError, ConnectionError):
         channel.close()
-        return _through_hub(ref, method, args, interruptible, interrupted)
+        return _through_hub(ref, method, args, interruptible, interrupted, kept)
     after = channel.posted
     try:
         channel.resend_doubtful(conn)
         ok, value = conn.call((ref.oid, method, args), after)
     except (OSError, ValueError):
         channel.discard(conn)
-        if not channel.alive:
+        if _gone(channel):
             raise _lost(channel) from None
         raise
     except BaseException:
         # interrupted (Ctrl-C), before the request left, or after: a withdrawal is
         # harmless if the call never came, and handled after it if it did
         if interrupted is not None and not conn.broken:
-            _withdraw(channel, conn, ref, interrupted)
+            _withdraw(channel, conn, ref, interrupted, kept)
         else:
             channel.discard(conn)  # (the answer, if any comes, is dropped with it)
         raise
@@ -270,10 +273,15 @@ def post(ref: ObjectRef, method: str, *args: Any) -> None:
 
 
 def _through_hub(ref: ObjectRef, method: str, args: tuple, interruptible: bool,
-                 interrupted: tuple | None) -> Any:
+                 interrupted: tuple | None, kept: Callable[[bool, Any], None] | None = None) -> Any:
     """The call through the hub's nng connection (or in this process, for its own hub)."""
     if not interruptible:
         return ref.call(method, *args)
+    if kept is not None and interrupted is not None:
+        def withdraw(reply: Callable[[], Any]) -> None:
+            ref.call(*interrupted)
+            kept(*reply())
+        return ref.wait(method, *args, on_interrupt=withdraw)
     try:
         return ref.wait(method, *args)  # Ctrl-C interrupts it
     except Exception:
@@ -287,16 +295,36 @@ def _through_hub(ref: ObjectRef, method: str, args: tuple, interruptible: bool,
         raise
 
 
-def _withdraw(channel: _Channel, conn: DirectConnection, ref: ObjectRef, interrupted: tuple) -> None:
+def _withdraw(channel: _Channel, conn: DirectConnection, ref: ObjectRef, interrupted: tuple,
+              kept: Callable[[bool, Any], None] | None = None) -> None:
     """The call on ``conn`` was interrupted: withdraw it on the same connection and wait
-    for the withdrawal's answer (the call's own, if any, is dropped); a connection that
-    cannot be read to its end is closed."""
+    for the withdrawal's answer (the call's own, if it came, goes to ``kept``, else it is
+    dropped); a connection that cannot be read to its end is closed."""
+    call_seq = conn.seq
     try:
-        conn.call((ref.oid, interrupted[0], tuple(interrupted[1:])))
+        replies = conn.replies(conn.request((ref.oid, interrupted[0], tuple(interrupted[1:]))))
     except BaseException:
         channel.discard(conn)
         return
     channel.give_back(conn)
+    if kept is not None and call_seq in replies:
+        try:
+            kept(*replies[call_seq])
+        except Exception:
+            pass  # (a lost connection: the servant takes back what it lent)
+
+
+LOSS_PATIENCE = 1.0  # seconds a broken direct connection waits for its hub's loss to be known
+
+
+def _gone(channel: _Channel) -> bool:
+    """Whether the hub's process is gone (or given up): a direct connection that broke is
+    usually the end of that process seen a moment before its nng connection sees it."""
+    if not channel.alive:
+        return True
+    lost = threading.Event()
+    channel.client.on_lost(lost.set)  # (at once if it is lost already)
+    return lost.wait(LOSS_PATIENCE)
 
 
 def _lost(channel: _Channel) -> ConnectionError:

@@ -376,6 +376,11 @@ class DirectConnection:
         (:data:`~.link.stream.CANCEL_CHECK_US`), so that a signal's handler runs in it
         (the main thread). A large request interrupted while it leaves leaves the
         connection :attr:`broken` (only closing it ends the request)."""
+        return self.reply(self.request(message, after))
+
+    def request(self, message: Any, after: int = 0) -> int:
+        """Send ``message`` as :meth:`call` does, and return its number (its reply is read
+        with :meth:`reply` or :meth:`replies`)."""
         self.seq = seq = (self.seq & 0xFFFFFFFF) + 1
         data = _encode_request(seq, after, message)
         try:
@@ -385,7 +390,7 @@ class DirectConnection:
             raise
         if not sent:
             raise ConnectionError("the direct connection was closed")
-        return self.reply(seq)
+        return seq
 
     def post(self, message: Any, number: int) -> bool:
         """Send ``message`` as the process's one-way request ``number`` to this hub;
@@ -398,14 +403,19 @@ class DirectConnection:
 
     def reply(self, seq: int) -> Any:
         """The decoded reply to the request ``seq`` (those to earlier ones are dropped)."""
-        while True:
+        return self.replies(seq)[seq]
+
+    def replies(self, seq: int) -> dict[int, Any]:
+        """The decoded replies that come up to the one to the request ``seq``, by number."""
+        got: dict[int, Any] = {}
+        while seq not in got:
             try:
                 frame = self.link.recv(-1)
             except LinkError:
                 raise ConnectionError("the direct connection was closed") from None
-            got, reply = _loads(frame)
-            if got == seq:
-                return reply
+            number, reply = _loads(frame)
+            got[number] = reply
+        return got
 
     def close(self) -> None:
         self.link.close()

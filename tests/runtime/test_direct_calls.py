@@ -363,3 +363,48 @@ def test_a_send_on_a_lane_settles_the_one_way_calls_first():
         assert q.get() == "told"
     finally:
         oneway.paid("hub")
+
+
+def test_an_interrupted_call_s_own_answer_reaches_the_withdrawal_s_keeper():
+    """A queue's read made directly and interrupted (Ctrl-C) is withdrawn on its own
+    connection; an answer it was given before the withdrawal (an item lent to it) is
+    handed to ``kept`` (which gives the item back), not dropped."""
+    from fiberlite.runtime import direct as direct_calls
+
+    held: list = []
+
+    def handler(request, message):
+        oid, method, args = message
+        if method == "receive":
+            held.append(request)  # (answered when withdrawn: as an item that came meanwhile)
+            return
+        while held:
+            held.pop().reply((41, "item"))
+        request.reply(method)
+    server = DirectServer(identity.key(), "127.0.0.1", handler)
+    try:
+        address, ticket = server.offer(5)
+        conn = DirectConnection(address, ticket, identity.key())
+
+        class Channel:
+            given_back, discarded = [], []
+
+            def give_back(self, c):
+                self.given_back.append(c)
+
+            def discard(self, c):
+                self.discarded.append(c)
+
+        class Ref:
+            oid = 9
+        kept: list = []
+        conn.request((9, "receive", ("get",)))  # (its wait interrupted: nothing read)
+        channel = Channel()
+        direct_calls._withdraw(channel, conn, Ref(), ("withdraw", "get"),
+                               lambda ok, value: kept.append((ok, value)))
+        assert kept == [(True, (41, "item"))]
+        assert channel.given_back == [conn] and not channel.discarded
+        assert conn.call((9, "other", ())) == (True, "other")  # (the connection reads on)
+        conn.close()
+    finally:
+        server.close()

@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Hashable
 
 from ...wire.codec import Payload
+from .. import direct
 from ..hub import ObjectRef
 from ..lanes.feeder import batches
 from .frames import RETRY, Unlinked
@@ -73,8 +74,9 @@ def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
                 raise queue.Empty
             if payload is not None:
                 return payload
-        payload = got_through_hub(ref, slot, ref.wait("receive", slot, block, wait,
-                                                      on_interrupt=_withdrawn(ref, slot)))
+        payload = got_through_hub(ref, slot, direct.call(
+            ref, "receive", slot, block, wait, interruptible=True, interrupted=("withdraw", slot),
+            kept=_handed_back(ref, slot)))
         if payload is not RETRY:
             break
         if deadline is not None:
@@ -109,11 +111,20 @@ def _withdrawn(ref: ObjectRef, slot: Hashable) -> Callable[[Callable[[], Any]], 
     """What an interrupted read of ``slot`` through the hub does (Ctrl-C): the servant
     answers it at once, and an item it was lent meanwhile goes back to the front, so that
     an interruption neither loses an item nor keeps it from the next read."""
+    hand_back = _handed_back(ref, slot)
+
     def withdraw(reply: Callable[[], Any]) -> None:
         ref.call("withdraw", slot)
-        ok, value = reply()
+        hand_back(*reply())
+    return withdraw
+
+
+def _handed_back(ref: ObjectRef, slot: Hashable) -> Callable[[bool, Any], None]:
+    """Given the answer ``(ok, value)`` of a read of ``slot`` that was interrupted (and
+    withdrawn): the item it brought goes back to the front."""
+    def hand_back(ok: bool, value: Any) -> None:
         if ok and type(value) is tuple:  # (ticket, item): lent to this read
             ref.call("hand_back", slot, value[0])
         elif ok and isinstance(value, Payload):  # an item of the owner's own read
             ref.call("hand_back", slot, None, value)
-    return withdraw
+    return hand_back
