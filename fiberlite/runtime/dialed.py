@@ -102,6 +102,14 @@ def send_receipts(client: Client, timed: bool = True) -> None:
         pass  # the connection is gone: what was lent goes to others anyway
 
 
+def pending_receipts(address: str) -> tuple:
+    """The receipts waiting to go to ``address`` (kept for the next message as well): a
+    direct call carries them too, so that what the process was lent and took is the
+    process's before the call is handled (a receipt handled twice changes nothing)."""
+    client = _clients.get(address)
+    return client.peek_riders() if client is not None else ()
+
+
 def _receipts_message(receipts: tuple) -> tuple | None:
     return (0, RECEIPTS, receipts) if receipts else None
 

@@ -191,14 +191,15 @@ def _settle_others(channel: _Channel | None) -> None:
 
 def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
          interrupted: tuple | None = None,
-         kept: Callable[[bool, Any], None] | None = None) -> Any:
+         kept: Callable[[bool, Any], None] | None = None, receipts: tuple = ()) -> Any:
     """``ref.call(method, *args)`` (``ref.wait`` with ``interruptible``), directly where
     the servant's hub offers it. ``interrupted``: ``(method, *args)`` of the servant's
     call that withdraws this one, made on the same connection (so that it is handled
     after this one) when a signal's handler interrupts the wait; the interruption is
     raised after it. ``kept``: given the interrupted call's own answer ``(ok, value)``
     when one came before the withdrawal's (a queue's read hands back the item it was
-    lent), else its answer is dropped."""
+    lent), else its answer is dropped. ``receipts``: handled before the call (on a direct
+    connection; through the hub they go with its message anyway)."""
     channel = _direct(ref)
     if channel is None:
         return _through_hub(ref, method, args, interruptible, interrupted, kept)
@@ -210,7 +211,8 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
     after = channel.posted
     try:
         channel.resend_doubtful(conn)
-        ok, value = conn.call((ref.oid, method, args), after)
+        ok, value = conn.call((ref.oid, method, args, receipts) if receipts else (ref.oid, method, args),
+                              after)
     except (OSError, ValueError):
         channel.discard(conn)
         if _gone(channel):

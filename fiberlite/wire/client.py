@@ -334,6 +334,10 @@ class Client:
             self._riders_timed = True
             return True
 
+    def peek_riders(self) -> tuple:
+        """The riders kept so far, still kept (another path may carry a copy)."""
+        return tuple(self._riders) if self._riders else ()
+
     def take_riders(self, timed: bool = False) -> tuple:
         """The riders kept so far (to go with a message about to be sent), now forgotten."""
         if not (self._riders or timed):

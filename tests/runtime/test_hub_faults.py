@@ -207,6 +207,30 @@ def test_a_receipt_goes_with_the_next_request_or_on_its_own_soon_after():
         q.get(timeout=0.5)
 
 
+@pytest.mark.usefixtures("without_lanes")
+def test_a_read_made_directly_carries_the_receipt_of_the_item_before_it():
+    """A job's reads through the hub are direct calls (not its nng connection, where
+    receipts ride): the next read carries the receipts all the same, so the item the
+    job got before it is the job's before the next one is lent (not only once the
+    receipts' timer sends them)."""
+    q, out = fiberlite.Queue(), fiberlite.Queue()
+    for item in ("first", "second"):
+        q.put(item)
+    servant = q._servant
+    lent_at_read: list = []
+    receive = servant.op_receive
+
+    def noting(request, slot, block=True, timeout=None):
+        lent_at_read.append(sorted(p.unpack() for p in servant.channel.lent.get(request.peer, {}).values()))
+        receive(request, slot, block, timeout)
+    servant.op_receive = noting
+    job = fiberlite.Process(target=link_jobs.get_two_with_late_receipts, args=(q, out))
+    job.start()
+    assert out.get(timeout=60) == ("first", "second")
+    job.join(30)
+    assert lent_at_read == [[], []]  # ("first" confirmed when the second read came)
+
+
 def test_the_recovery_of_a_lost_peer_hears_of_it_after_every_other_servant():
     """What recovers a lost job's holdings is told last, once every servant has withdrawn
     the calls it was still making for that job (else one granted after the recovery

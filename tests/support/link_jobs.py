@@ -229,6 +229,14 @@ def relay_noting(source, results, tag, pause: float, note_path: str, joinable: b
         _relay(source.recv, results, tag, pause)
 
 
+def get_two_with_late_receipts(q, out) -> None:
+    """Get two items, receipts going on their own only after a minute, and report them."""
+    from fiberlite.runtime import hub
+    hub.RECEIPT_SECONDS = 60.0
+    first = q.get()
+    out.put((first, q.get()))
+
+
 def pass_one_then_hold_one(q, out) -> None:
     """Get an item and put it into ``out`` (the receipt goes with that put), then get
     another and keep it, sending nothing more, until killed."""

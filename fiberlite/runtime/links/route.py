@@ -22,6 +22,7 @@ from typing import Any, Callable, Hashable
 
 from ...wire.codec import Payload
 from .. import direct
+from ..dialed import pending_receipts
 from ..hub import ObjectRef
 from ..lanes.feeder import batches
 from .frames import RETRY, Unlinked
@@ -76,7 +77,7 @@ def receive(ref: ObjectRef, slot: Hashable, servant: Any, block: bool = True,
                 return payload
         payload = got_through_hub(ref, slot, direct.call(
             ref, "receive", slot, block, wait, interruptible=True, interrupted=("withdraw", slot),
-            kept=_handed_back(ref, slot)))
+            kept=_handed_back(ref, slot), receipts=pending_receipts(ref.address)))
         if payload is not RETRY:
             break
         if deadline is not None:
