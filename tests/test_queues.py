@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import queue
+import threading
 import time
 import weakref
 
@@ -179,6 +180,37 @@ class _Marker:
 def _get_nothing(q, marker) -> None:
     with pytest.raises(queue.Empty):
         q.get(timeout=0.01)
+
+
+def test_threads_of_one_process_wait_on_one_queue_with_timeouts():
+    """As a ``multiprocessing`` queue, one is shared by a process's threads: gets that
+    time out again and again, in four threads at once, raise nothing but Empty, and
+    every item put meanwhile is got once."""
+    q, count = fiberlite.Queue(), 300
+    got, errors = [], []
+
+    def getter() -> None:
+        while True:
+            try:
+                item = q.get(timeout=0.002)
+            except queue.Empty:
+                continue
+            except Exception as exc:  # (a poll object shared by the threads raised here)
+                errors.append(repr(exc))
+                return
+            if item is None:
+                return
+            got.append(item)
+    threads = [threading.Thread(target=getter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    producer = fiberlite.Process(target=jobs.put_slowly, args=(q, count, 4))
+    producer.start()
+    for t in threads:
+        t.join(50)
+    producer.join(30)
+    assert errors == []
+    assert sorted(got) == list(range(count))
 
 
 def test_a_timed_out_get_keeps_nothing_of_its_caller():

@@ -67,6 +67,16 @@ def produce(q, start: int, count: int) -> None:
         q.put(i)
 
 
+def put_slowly(q, count: int, stops: int) -> None:
+    """Put ``count`` ints a fraction of a millisecond apart (readers wait for each), then
+    ``stops`` times None."""
+    for i in range(count):
+        q.put(i)
+        time.sleep(0.0005)
+    for _ in range(stops):
+        q.put(None)
+
+
 def consume(q, out, sentinel=None) -> None:
     total = []
     while True:

@@ -103,7 +103,7 @@ class Lane:
         self.waiting: tuple[Callable[[int, int], int], int] | None = None
         # a queue's: which one of the readers waits on the lane (None: each of them)
         self.watch: Watch | None = None
-        self._poll_in: Any = None
+        self._poll_in = threading.local()  # a poll object per thread (one is not to be shared)
         self._awake = Awake()  # a read looks awake before it sleeps
 
     # -- sending -----------------------------------------------------------------------
@@ -271,18 +271,21 @@ class Lane:
 
     def readable_now(self) -> bool:
         """Whether a message (or the end) is there, without waiting (no exception when not)."""
-        poller = self._poll_in
-        if poller is None:
-            poller = self._poll_in = select.poll()
-            poller.register(self.reading, _POLL_IN)
-        return bool(poller.poll(0))
+        return bool(self._poller().poll(0))
 
     def _wait_readable(self, seconds: float) -> bool:
-        poller = self._poll_in
-        if poller is None:
-            poller = self._poll_in = select.poll()
+        return bool(self._poller().poll(max(1, int(seconds * 1000 + 0.999))))
+
+    def _poller(self) -> Any:
+        """This thread's poll object on the reading socket (a poll object raises when two
+        threads poll with it at once)."""
+        local = self._poll_in
+        try:
+            return local.poller
+        except AttributeError:
+            poller = local.poller = select.poll()
             poller.register(self.reading, _POLL_IN)
-        return bool(poller.poll(max(1, int(seconds * 1000 + 0.999))))
+            return poller
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         """Whether a message (or the end) is there to read, waiting up to ``timeout``."""
