@@ -7,7 +7,10 @@ Rows (small items, ints):
 - a remote job is the sole consumer: the parent puts ``--items`` items, the job gets
   them (timed in the job, from its first item to its last);
 - a remote job is the sole producer: the job puts, the parent gets (timed in the
-  parent, from the first item to the last).
+  parent, from the first item to the last);
+- four remote jobs consume: the parent puts ``--items`` items, then a ``None`` for each
+  job, and each job gets until its ``None`` (timed in the parent, from its first put to
+  the jobs' last report; a round that left items in the queue is an error).
 
 Sides, each a process of its own that takes turns with the others for ``--rounds``
 rounds (a row's figure is its best round): fiberlite as it is (the creator has lanes),
@@ -35,7 +38,9 @@ from _common import Report, from_samples, finish, parser, progress, sized  # noq
 LANES = "fiberlite (lanes)"
 NO_LANES = "fiberlite, creator without lanes"
 ROWS = {"consumer": "a job of another machine gets, the parent puts",
-        "producer": "a job of another machine puts, the parent gets"}
+        "producer": "a job of another machine puts, the parent gets",
+        "consumers": "four jobs of another machine get until None, the parent puts"}
+CONSUMERS = 4
 TIMEOUT = 300.0
 
 
@@ -51,6 +56,18 @@ def remote_get(blob: bytes, count: int, out: Any) -> None:
     for _ in range(count - 1):
         q.get(timeout=60)
     out.put((time.perf_counter() - start) / (count - 1))
+
+
+def remote_count(blob: bytes, out: Any) -> None:
+    import pickle
+
+    import fiberlite
+    fiberlite.init(share_machine=False)
+    q = pickle.loads(blob)
+    got = 0
+    while q.get(timeout=60) is not None:
+        got += 1
+    out.put(got)
 
 
 def remote_put(blob: bytes, count: int) -> None:
@@ -74,6 +91,22 @@ def serve(row: str, count: int) -> float:
         for i in range(count):
             q.put(i)
         seconds = out.get(timeout=TIMEOUT)
+    elif row == "consumers":
+        jobs = [fiberlite.Process(target=remote_count, args=(dumps_bytes(q), out)) for _ in range(CONSUMERS)]
+        for p in jobs:
+            p.start()
+        start = time.perf_counter()
+        for i in range(count):
+            q.put(i)
+        for _ in jobs:
+            q.put(None)
+        got = sum(out.get(timeout=TIMEOUT) for _ in jobs)
+        seconds = (time.perf_counter() - start) / count
+        for p in jobs:
+            p.join(60)
+        if got != count:
+            raise SystemExit(f"{count - got} of {count} items left in the queue")
+        return seconds
     else:
         p = fiberlite.Process(target=remote_put, args=(dumps_bytes(q), count))
         p.start()

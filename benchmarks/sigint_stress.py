@@ -20,6 +20,9 @@ exception, such as a lock no longer held on leaving ``with``) is an *error* and 
 ``--where job`` runs the waits in a job of the run (the parent's objects, mapped or
 through its hub), ``--where main`` in the process that made them; ``--path hub``
 turns ``share_machine`` off, so that a job reaches them through the creator's hub;
+``--path lane`` (with ``--where job``) turns it off in the job only, which then uses the
+parent's objects (made with the machine's lanes and shared memory) as a process of
+another machine would;
 ``--to-thread`` sends the signal to another thread of the waiting process (an idle
 one), where the kernel may also deliver a Ctrl-C.
 The standard library's ``multiprocessing`` (spawn) is measured in the same run as the
@@ -209,8 +212,14 @@ def run_all(objects: dict, kinds: list[str], args) -> dict:
 
 
 def in_job(objects, kinds, args, results) -> None:
-    """The waits in a job (its objects are the parent's); the figures back on ``results``."""
+    """The waits in a job (its objects are the parent's; pickled, for ``--path lane``);
+    the figures back on ``results``."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.path == "lane":  # (as a process of another machine, before the objects come)
+        import pickle
+        import fiberlite
+        fiberlite.init(share_machine=False)
+        objects = pickle.loads(objects)
     results.put(run_all(objects, kinds, args))
 
 
@@ -219,7 +228,7 @@ def main() -> None:
     parser.add_argument("--tries", type=int, default=1000, help="interrupted calls of each kind")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated, of " + ", ".join(KINDS))
     parser.add_argument("--where", choices=("main", "job"), default="main")
-    parser.add_argument("--path", choices=("shared", "hub"), default="shared")
+    parser.add_argument("--path", choices=("shared", "hub", "lane"), default="shared")
     parser.add_argument("--timeout", type=float, default=1.0, help="each call's own timeout (s)")
     parser.add_argument("--bound", type=float, default=0.1, help="a later KeyboardInterrupt is a miss (s)")
     parser.add_argument("--max-delay", type=float, default=0.003, help="longest signal delay (s)")
@@ -234,6 +243,8 @@ def main() -> None:
         parser.error(f"unknown kinds {sorted(unknown)}: choose among {', '.join(KINDS)}")
     if args.to_thread and (sys.platform != "linux" or platform.machine() not in TGKILL_MACHINES):
         parser.error(f"--to-thread needs Linux on {' or '.join(TGKILL_MACHINES)}")
+    if args.path == "lane" and args.where != "job":
+        parser.error("--path lane is a job's path: add --where job")
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     import fiberlite
@@ -252,6 +263,9 @@ def main() -> None:
         rows["fiberlite"] = run_all(objects, kinds, args)
     else:
         results = fiberlite.Queue()
+        if args.path == "lane":
+            from fiberlite.wire.pickling import dumps_bytes
+            objects = dumps_bytes(objects)
         job = fiberlite.Process(target=in_job, args=(objects, kinds, args, results))
         job.start()
         while True:

@@ -29,17 +29,22 @@ from .runtime.links.frames import EOF
 from .sharedctypes import RawArray
 from .synchronize import Condition, Lock
 
-ITEMS, UNFINISHED, TOTAL, WAITING, FRONT, SLEEPERS, SIGNAL = range(7)  # the state's words
+ITEMS, UNFINISHED, TOTAL, WAITING, FRONT, SLEEPERS, SIGNAL, READERS, HELD = range(9)  # the state's words
 # (TOTAL: items ever put; WAITING: readers waiting on the lane, see Lane.waiting; FRONT:
 # items given back by readers of other machines, ahead of the lane, see
 # runtime.lanes.lending.Front; SLEEPERS and SIGNAL: readers asleep while another watches
-# the lane, and the word they sleep on, see runtime.lanes.watch)
+# the lane, and the word they sleep on, see runtime.lanes.watch; READERS: the processes
+# that got from the queue, HELD: batches lent to a reader of another machine of which it
+# may still hold items, see QueueState.begin_batch)
 
 
 # an atomic add on a word at an address (the C extension's): without it, the counts
 # change under the state's condition (and every reader waits on the lane)
 _atomic_add = None if sync.PORTABLE else sync.add
 _WORDS = None if sync.PORTABLE else (sync.load, sync.add, sync.wait, sync.wake)
+# how long a get that does not block waits for a batch held by a reader of another machine
+# (given back within runtime.lanes.lending.HOLD_SECONDS once that reader stops taking from it)
+UNHELD_PATIENCE = 1.0
 _loads = pickle.loads  # (what Payload.unpack does for a pickle without out-of-band buffers)
 
 
@@ -64,7 +69,7 @@ class QueueState:
                  watcher: Any = None) -> None:
         self.maxsize = maxsize
         self.joinable = joinable
-        self.counts = RawArray("i", 7) if counts is None else counts
+        self.counts = RawArray("i", 9) if counts is None else counts
         self.cond = Condition() if cond is None else cond
         if watcher is None:  # held by the lane's watcher (False: no watch without the words)
             watcher = Lock() if _WORDS is not None else False
@@ -138,6 +143,51 @@ class QueueState:
         with self.cond:
             self.counts[FRONT] += delta
 
+    # -- the order of gets: batches lent only to a sole reader --------------------------
+    # A reader of another machine may be lent several items in one call (it holds those
+    # its get did not return, runtime.lanes.lending). A get returns the oldest item, as
+    # multiprocessing's does: so no other reader may get an item from behind a batch that
+    # is held. A batch is lent only while its reader is the queue's one reader, and a
+    # reader that comes waits until no batch is held; after that every call lends one.
+    def reader_joins(self) -> None:
+        """One more process gets from the queue (counted once, for good)."""
+        with self.cond:
+            self.counts[READERS] += 1
+
+    def reader_leaves(self) -> None:
+        """A reader of another machine has gone."""
+        with self.cond:
+            self.counts[READERS] -= 1
+
+    def begin_batch(self, most: int) -> int:
+        """How many items a reader of another machine (counted in READERS) may be lent:
+        ``most`` while it is the queue's one reader (its batch then counts as held until
+        :meth:`end_batch`), else one."""
+        if most <= 1:
+            return 1
+        with self.cond:
+            if self.counts[READERS] > 1:
+                return 1
+            self.counts[HELD] += 1
+        return most
+
+    def end_batch(self) -> None:
+        """A batch of :meth:`begin_batch` is no longer held (consumed, or given back)."""
+        with self.cond:
+            self.counts[HELD] -= 1
+            self.cond.notify_all()
+
+    def wait_unheld(self, timeout: float | None, own: Callable[[], int] = lambda: 0) -> bool:
+        """Wait until no batch is held but the caller's ``own()``: False after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cond:
+            while self.counts[HELD] > own():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.cond.wait(left)
+        return True
+
     def qsize(self) -> int:
         return max(0, self.counts[ITEMS])
 
@@ -197,6 +247,8 @@ class QueueLane:
         # takes up to n of the items given back ahead of the lane (runtime.lanes.lending.Front):
         # the creator's own, or a call to it
         self.take_front: Callable[[int], list] | None = None
+        self._reader = False  # counted in the state's READERS
+        self._reading = False  # and no batch lent before it is held (see QueueState.begin_batch)
 
     @classmethod
     def new(cls, maxsize: int, joinable: bool) -> tuple["QueueLane", Any]:
@@ -226,6 +278,8 @@ class QueueLane:
     def get(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item's payload (``queue.Empty`` after ``timeout``, or at once): one
         given back ahead of the lane first."""
+        if not self._reading:
+            self._start_reading(block, timeout)
         counts = self.state.counts
         if counts[FRONT]:
             payload = self._from_front(block, timeout)
@@ -246,7 +300,7 @@ class QueueLane:
     def get_object(self, block: bool = True, timeout: float | None = None) -> Any:
         """The next item itself, unpickled (:meth:`get`): taken at once when one is in
         the lane now and none was given back ahead of it, as nearly always while items come."""
-        if not self.state.counts[FRONT]:
+        if self._reading and not self.state.counts[FRONT]:
             got = self.lane.receive_now()
             if got is not None and got is not EOF:
                 self.state.taken()
@@ -254,6 +308,16 @@ class QueueLane:
                     self.watcher()
                 return _loads(got) if type(got) is bytes else got.unpack()
         return self.get(block, timeout).unpack()
+
+    def _start_reading(self, block: bool, timeout: float | None) -> None:
+        """This process's first get: counted as a reader, it waits until no reader of
+        another machine holds a batch (``queue.Empty`` after ``timeout``)."""
+        if not self._reader:
+            self.state.reader_joins()
+            self._reader = True
+        if not self.state.wait_unheld(timeout if block else UNHELD_PATIENCE):
+            raise queue.Empty
+        self._reading = True
 
     def _front_waits(self) -> bool:
         return bool(self.state.counts[FRONT]) and self.take_front is not None

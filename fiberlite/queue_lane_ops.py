@@ -30,7 +30,8 @@ class LaneOps:
         self._calls = itertools.count()
         self.front = Front(lane.state.add_front)
         lane.take_front = self.front.take
-        self.lending = Lending(self.front.add, lane.consumed)
+        self.lending = Lending(self.front.add, lane.consumed, lane.state.end_batch)
+        self._readers: set[int] = set()  # the jobs that got through this hub (in READERS)
 
     def op_lane_put(self, request, payload: Payload, block: bool = True, timeout: float | None = None) -> None:
         if not self.lane.state.maxsize:  # never waits
@@ -40,22 +41,49 @@ class LaneOps:
         self._wait(request, lambda seconds: self.lane.put(payload, True, seconds), timeout, queue.Full(),
                    catch=queue.Full, block=block)
 
-    def op_lane_get_many(self, request, most: int, block: bool = True, timeout: float | None = None) -> None:
+    def op_lane_get_many(self, request, most: int, block: bool = True, timeout: float | None = None,
+                         call: int | None = None) -> None:
         """Up to ``most`` items, lent to the reader: those there now (answered on this
-        thread), or the first to come and those behind it."""
+        thread), or the first to come and those behind it. Several only while the reader
+        is the queue's one reader (:meth:`QueueState.begin_batch`); a reader waits while
+        another holds a batch, since its items come first. ``call``: the reader's number
+        for it, by which it withdraws it (:meth:`op_lane_withdraw`)."""
         peer, most = request.peer, max(1, min(int(most), 4096))
-        there = self.lane.lend(most)
-        if there:
-            request.reply(self.lending.lend(peer, there))
-            return
+        if peer not in self._readers:
+            self._readers.add(peer)
+            self.lane.state.reader_joins()
+        if self.lane.state.wait_unheld(0.0, lambda: self.lending.held_by(peer)):
+            there = self._lend(peer, most, 0.0)
+            if there is not None:
+                request.reply(there)
+                return
 
         def take(seconds: float | None) -> Any:
-            got = self.lane.lend(most, seconds)
-            if not got:
+            if not self.lane.state.wait_unheld(seconds, lambda: self.lending.held_by(peer)):
                 raise queue.Empty
-            return self.lending.lend(peer, got)
+            got = self._lend(peer, most, seconds)
+            if got is None:
+                raise queue.Empty
+            return got
         self._wait(request, take, timeout, queue.Empty(), catch=queue.Empty, block=block,
-                   undo=self.lending.undo)
+                   undo=self.lending.undo, key=None if call is None else ("get", peer, call))
+
+    def op_lane_withdraw(self, request, call: int) -> None:
+        """The reader's get ``call`` was interrupted (Ctrl-C): it is not answered, and what
+        it took goes back; answered once that is done."""
+        self.waits.cancel(("get", request.peer, call), then=request.reply, prompt=True)
+
+    def _lend(self, peer: int, most: int, wait: float | None) -> tuple[int, list] | None:
+        """A batch for ``peer``: the first item within ``wait`` seconds, then those there
+        (None: no item came)."""
+        state = self.lane.state
+        size = state.begin_batch(most)
+        got = self.lane.lend(size, wait)
+        if size > 1 and len(got) <= 1:
+            state.end_batch()  # (not held: the get returns its one item)
+        if not got:
+            return None
+        return self.lending.lend(peer, got, held=size > 1)
 
     def op_lane_give_back(self, request, tickets: list) -> None:
         """A reader gives back what it holds of batches ``tickets`` and did not take."""
@@ -97,7 +125,7 @@ class LaneOps:
     def op_lane_join(self, request) -> None:
         self._wait(request, lambda seconds: self.lane.state.join(seconds) or NOT_YET, None, None)
 
-    def _wait(self, request, attempt, timeout, timed_out, catch=(), block=True, undo=None) -> None:
+    def _wait(self, request, attempt, timeout, timed_out, catch=(), block=True, undo=None, key=None) -> None:
         def attempt_once(seconds):
             try:
                 result = attempt(seconds if block else 0.0)
@@ -107,11 +135,14 @@ class LaneOps:
         if not block:
             request.reply(attempt_once(0.0))
             return
-        self.waits.start(request, (request.peer, next(self._calls)), attempt_once, timeout,
-                         timed_out, undo=undo)
+        self.waits.start(request, (request.peer, next(self._calls)) if key is None else key,
+                         attempt_once, timeout, timed_out, undo=undo)
 
     def _lane_peer_lost(self, peer: int) -> None:
         """The job ``peer`` has gone: its waiting calls are withdrawn, what it was lent
         and did not consume goes back into the lane."""
         self.waits.cancel_peer(peer)
         self.lending.peer_lost(peer)
+        if peer in self._readers:
+            self._readers.discard(peer)
+            self.lane.state.reader_leaves()

@@ -41,7 +41,7 @@ EXPECTED = {
                        "master CPU per task with simulated workers", "idle connections",
                        "peer_timeout 10 s (default)"],
     "bench_lane_remote.py": ["fiberlite (lanes)", "creator without lanes", "gets, the parent puts",
-                             "puts, the parent gets"],
+                             "puts, the parent gets", "four jobs of another machine get until None"],
     "bench_patterns.py": ["mp spawn items/s", "fiberlite items/s", "2 producers -> parent",
                           "parent -> 2 consumers", "2 -> 2, all children", "one after another",
                           "2 -> 2, all grandchildren", "Pool(2) workers", "SimpleQueue", "JoinableQueue"],

@@ -219,6 +219,33 @@ def test_a_reader_of_another_machine_gets_batches_and_what_it_did_not_take_comes
     p.join(30)
 
 
+@pytest.mark.parametrize("local", [0, 1])
+def test_readers_of_another_machine_that_stop_at_a_marker_leave_no_item_behind(local):
+    """Four consumers (``local`` of them on the queue's machine, the others as processes
+    of another machine) get until None, four of which are in the queue among the items.
+    As with ``multiprocessing`` (a get returns the oldest item) every item is got: a
+    reader of another machine holds back no item that a reader which stops after it
+    should have got first."""
+    readers, runs = 4, (3000, 3000, 100, 100)  # items before each None
+    for _ in range(4):
+        q, out = fiberlite.Queue(), fiberlite.Queue()
+        for run in runs:
+            for i in range(run):
+                q.put(i)
+            q.put(None)
+        blob = dumps_bytes(q)
+        jobs = [fiberlite.Process(target=pattern_jobs.count_until_none, args=(blob, out, k >= local))
+                for k in range(readers)]
+        for p in jobs:
+            p.start()
+        got = [out.get(timeout=60) for _ in range(readers)]
+        for p in jobs:
+            p.join(60)
+            assert p.exitcode == 0
+        left = q.qsize()
+        assert (sum(got), left) == (sum(runs), 0), f"{left} items left behind"
+
+
 def test_a_joinable_queue_through_the_hub_counts_task_done():
     q, out = fiberlite.JoinableQueue(), fiberlite.Queue()
     for i in range(5):

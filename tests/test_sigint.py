@@ -4,7 +4,8 @@ A separate process sends SIGINT at random moments into a few hundred blocking ca
 each kind (``Lock.acquire``, ``Event.wait``, ``Condition.wait``, ``Semaphore.acquire``,
 ``Queue.get``, ``Pipe.recv``, ``SimpleQueue.get``, ``Barrier.wait``), in the process that
 made the objects and in a job that uses them (mapping their memory, or through their
-creator's hub), and to another thread of the waiting process. Every call must raise KeyboardInterrupt before its own timeout (3 s),
+creator's hub: the creator's or the job's own ``share_machine`` off), and to another
+thread of the waiting process. Every call must raise KeyboardInterrupt before its own timeout (3 s),
 and leave its object usable. How many took longer than 0.1 s is printed, not asserted:
 a loaded machine may keep any process from running that long."""
 from __future__ import annotations
@@ -25,9 +26,10 @@ SCRIPT = os.path.join(ROOT, "benchmarks", "sigint_stress.py")
 
 @pytest.mark.parametrize(("where", "path", "tries", "more"), [
     ("main", "shared", 400, ()), ("job", "shared", 300, ()), ("job", "hub", 300, ()),
+    ("job", "lane", 200, ()),
     pytest.param("main", "shared", 50, ("--to-thread",), marks=pytest.mark.skipif(
         platform.machine() not in ("x86_64", "aarch64"), reason="tgkill's number not known here")),
-], ids=["main", "job", "job-hub", "main-to-thread"])
+], ids=["main", "job", "job-hub", "job-lane", "main-to-thread"])
 def test_every_blocking_call_raises_keyboard_interrupt_before_its_timeout(tmp_path, where, path,
                                                                           tries, more):
     out = tmp_path / "sigint.json"

@@ -27,7 +27,7 @@ from ..wire.codec import Payload
 from ..runtime.lanes.feeder import batches
 from ..runtime.links.frames import EOF
 from ..units import check_timeout
-from .pipe_lanes import lanes_here
+from .pipe_lanes import ReadsThroughHub, lanes_here
 from .readiness import _ReadySignal
 from .servant import PipeServant
 
@@ -42,6 +42,7 @@ class Connection:
     _elsewhere = False  # the pipe lives in another process
     _places: tuple | None = None  # where the pipe's lanes are, when it has lanes
     _lanes: tuple | None = None  # (read, write): the lanes this end uses here, if reachable
+    _through_hub: ReadsThroughHub | None = None  # this end's reads, when it has lanes not reachable here
 
     def __init__(self, ref: ObjectRef, end: int, readable: bool, writable: bool,
                  places: tuple | None = None) -> None:
@@ -53,6 +54,8 @@ class Connection:
         if places is not None:
             self._places = places
             self._lanes = lanes_here(places, end, readable, writable)
+            if self._lanes is None and readable:
+                self._through_hub = ReadsThroughHub(ref, end)
         _closes.start()
 
     def __del__(self) -> None:
@@ -190,8 +193,8 @@ class Connection:
             if payload is EOF:
                 raise EOFError
             return payload
-        if self._places is not None:
-            return self._ref.call("lane_receive", self._end)
+        if self._through_hub is not None:
+            return self._through_hub.receive()
         servant = self._servant
         signal = self._signal
         payload = route.receive(self._ref, self._end,
@@ -235,8 +238,8 @@ class Connection:
             check_timeout(timeout)
         if self._lanes is not None:
             return self._lanes[0].poll(timeout)
-        if self._places is not None:
-            return self._ref.call("lane_poll", self._end, timeout)
+        if self._through_hub is not None:
+            return self._through_hub.poll(timeout)
         return route.poll(self._ref, self._end, self._owner_servant(), timeout)
 
     def __repr__(self) -> str:

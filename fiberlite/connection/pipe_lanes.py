@@ -13,9 +13,11 @@ thread of the hub (:class:`~fiberlite.runtime.shm.remote.Waits`).
 """
 from __future__ import annotations
 
+import collections
 import itertools
 from typing import Any
 
+from ..runtime import direct
 from ..runtime.hub import ObjectRef
 from ..runtime.lanes.feeder import Feeder
 from ..runtime.lanes.lane import Lane
@@ -51,10 +53,20 @@ class LaneOps:
         if mine is not None:
             mine.end_reading()
 
-    def _wait(self, request: Any, attempt: Any, timeout: float | None, timed_out: Any, key: Any = None) -> None:
+    _fronts: dict | None = None  # end -> what reads that were withdrawn took, to read first
+
+    def _wait(self, request: Any, attempt: Any, timeout: float | None, timed_out: Any, key: Any = None,
+              undo: Any = None) -> None:
         waits = self.lane_waits
         waits.start(request, key if key is not None else ("call", next(self._lane_calls)),
-                    attempt, timeout, timed_out)
+                    attempt, timeout, timed_out, undo=undo)
+
+    def _front(self, end: int) -> collections.deque:
+        """What reads of ``end`` by other machines took and were withdrawn before they
+        could hand it over: read before the lane, by those readers."""
+        if self._fronts is None:
+            self._fronts = {}
+        return self._fronts.setdefault(end, collections.deque())
 
     def op_lane_send_many(self, request, end: int, payloads: list) -> None:
         """Sends of another machine's process: into the lane now, or after what waits for
@@ -68,29 +80,44 @@ class LaneOps:
             feeder.send(payload)
         request.reply()
 
-    def op_lane_receive(self, request, end: int, block: bool = True, timeout: float | None = None) -> None:
-        lane = self.lanes[end]
+    def op_lane_receive(self, request, end: int, block: bool = True, timeout: float | None = None,
+                        call: int | None = None) -> None:
+        """The next message of ``end`` for a process of another machine; ``call``: the
+        reader's number for it, by which it withdraws it (:meth:`op_lane_withdraw`)."""
+        lane, front = self.lanes[end], self._front(end)
 
         def attempt(seconds: float | None) -> Any:
+            if front:
+                try:
+                    return front.popleft()
+                except IndexError:  # (another read took it)
+                    pass
             payload = lane.receive(seconds)
             if payload is EOF:
                 raise EOFError
             return NOT_YET if payload is None else payload
         if not block:
-            payload = lane.receive(0.0)
+            payload = front.popleft() if front else lane.receive(0.0)
             if payload is EOF:
                 request.fail(EOFError())
             else:
                 request.reply(payload)  # None: nothing there
             return
-        self._wait(request, attempt, timeout, None)
+        self._wait(request, attempt, timeout, None, key=None if call is None else ("read", request.peer, call),
+                   undo=front.appendleft)
 
-    def op_lane_poll(self, request, end: int, timeout: float | None) -> None:
-        lane = self.lanes[end]
-        if lane.poll(0) or timeout is not None and timeout <= 0:
-            request.reply(lane.poll(0))
+    def op_lane_poll(self, request, end: int, timeout: float | None, call: int | None = None) -> None:
+        lane, front = self.lanes[end], self._front(end)
+        if front or lane.poll(0) or timeout is not None and timeout <= 0:
+            request.reply(bool(front) or lane.poll(0))
             return
-        self._wait(request, lambda seconds: True if lane.poll(seconds) else NOT_YET, timeout, False)
+        self._wait(request, lambda seconds: True if front or lane.poll(seconds) else NOT_YET, timeout, False,
+                   key=None if call is None else ("read", request.peer, call))
+
+    def op_lane_withdraw(self, request, end: int, call: int) -> None:
+        """The reader's receive or poll ``call`` was interrupted (Ctrl-C): it is not
+        answered (what it takes after this is read first by the next); answered at once."""
+        self.lane_waits.cancel(("read", request.peer, call), then=request.reply, prompt=True)
 
     def watch_lane(self, request, end: int, token: tuple, readiness: ObjectRef) -> None:
         """Tell ``readiness`` once lane ``end`` has something to read (or is at EOF)."""
@@ -112,6 +139,38 @@ class LaneOps:
                 pass
         self._wait(_Told, lambda seconds: True if lane.poll(seconds) else NOT_YET, None, None,
                    key=("watch", end, token))
+
+
+_calls = itertools.count(1)  # this process's reads through a hub, by which one is withdrawn
+
+
+class ReadsThroughHub:
+    """The reads of a pipe's end by a process that cannot reach its lane (another
+    machine): calls to the pipe's hub, each withdrawn when Ctrl-C interrupts it; a message
+    that came before its withdrawal is kept here, for the next read."""
+
+    def __init__(self, ref: ObjectRef, end: int) -> None:
+        self.ref = ref
+        self.end = end
+        self.kept: collections.deque = collections.deque()
+
+    def receive(self) -> Payload:
+        if self.kept:
+            return self.kept.popleft()
+        call = next(_calls)
+        return direct.call(self.ref, "lane_receive", self.end, True, None, call, interruptible=True,
+                           interrupted=("lane_withdraw", self.end, call), kept=self._keep)
+
+    def poll(self, timeout: float | None) -> bool:
+        if self.kept:
+            return True
+        call = next(_calls)
+        return direct.call(self.ref, "lane_poll", self.end, timeout, call, interruptible=True,
+                           interrupted=("lane_withdraw", self.end, call))
+
+    def _keep(self, ok: bool, answer: Any) -> None:
+        if ok and isinstance(answer, Payload):
+            self.kept.append(answer)
 
 
 def lanes_here(places: tuple | None, end: int, readable: bool, writable: bool) -> tuple[Lane | None, Lane | None] | None:

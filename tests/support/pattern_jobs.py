@@ -27,6 +27,19 @@ def get_until_none(q, out, joinable: bool = False) -> None:
     out.put(got)
 
 
+def count_until_none(blob: bytes, out, remote: bool) -> None:
+    """Get from the queue in ``blob`` until None (``remote``: as a process of another
+    machine, through the creator's hub); report how many items came before it."""
+    if remote:
+        fiberlite.init(share_machine=False)
+    q = pickle.loads(blob)
+    assert (q._lane is None) == remote
+    got = 0
+    while q.get(timeout=60) is not None:
+        got += 1
+    out.put(got)
+
+
 def ticketed_sends(send, lock, ticket, count: int) -> None:
     """``count`` times: under ``lock``, take the next ticket and send it; a send that
     returned must be ahead of the sends made after it, in any process."""

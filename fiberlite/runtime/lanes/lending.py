@@ -1,10 +1,16 @@
 """Gets from a lane by a process of another machine: several items per call to the
 lane's creator, none lost when the reader dies.
 
-A process that cannot reach a queue's lane gets through the creator's hub. One call per
-item would cost a round trip each, so the hub hands such a reader what is already in the
-lane, up to the number it asks for (at least one, waiting for it as a get would), and
-the reader keeps the rest in this process (:class:`BatchReader`), for its next gets.
+A process that cannot reach a queue's lane gets through the creator's hub, a direct call
+a get (:mod:`fiberlite.runtime.direct`; Ctrl-C withdraws it, and what it was lent
+meanwhile goes back). One call per item would cost a round trip each, so while that
+process is the queue's one reader the hub hands it what is already in the lane, up to the
+number it asks for (at least one, waiting for it as a get would), and the reader keeps
+the rest in this process (:class:`BatchReader`), for its next gets. With several readers
+each get takes one item: a get returns the oldest item, as ``multiprocessing``'s does,
+and a reader that holds a batch would be passed by the others (a reader that stops at a
+marker then leaves what it holds to readers that stopped too). A reader that comes waits
+until no batch is held (:meth:`fiberlite.queue_lane.QueueState.begin_batch`).
 
 Nothing handed out is lost: the hub *lends* each batch (:class:`Lending`) until the
 reader's receipts say which of its items were consumed. A receipt for each item goes
@@ -33,7 +39,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from .. import exit_order
+from .. import direct, exit_order
+from ..dialed import pending_receipts
 from ..hub import get_hub
 
 BATCH_MAX = 256  # items a reader asks for in one call, at most
@@ -43,45 +50,75 @@ HOLD_SECONDS = 0.1  # items a reader holds and does not take for this long go ba
 SLOT = "lane"  # the receipts' slot
 
 _tickets = itertools.count(1)  # (next() on it is atomic)
+_calls = itertools.count(1)  # a reader's calls, by which one that was interrupted is withdrawn
 
 
 class Lending:
     """In the creator's hub: the batches lent to readers of other machines, and which of
     their items were not yet confirmed consumed; ``give_back(ticket, payloads)`` puts items
-    back ahead of the lane (:class:`Front`), ``consumed()`` counts one out of the queue (a lent item is counted in
-    it, by ``qsize()`` and a bounded queue's room, until its receipt comes)."""
+    back ahead of the lane (:class:`Front`), ``consumed()`` counts one out of the queue (a
+    lent item is counted in it, by ``qsize()`` and a bounded queue's room, until its receipt
+    comes), ``unheld()`` is called when a batch lent as *held* (its reader may hold items
+    its get did not return) is no longer: consumed, or given back."""
 
-    def __init__(self, give_back: Callable[[int, list], None], consumed: Callable[[], None]) -> None:
-        self._lent: dict[int, tuple[int, collections.deque]] = {}  # ticket -> (peer, left)
+    def __init__(self, give_back: Callable[[int, list], None], consumed: Callable[[], None],
+                 unheld: Callable[[], None] = lambda: None) -> None:
+        self._lent: dict[int, tuple[int, collections.deque, bool]] = {}  # ticket -> (peer, left, held)
+        self._held: collections.Counter = collections.Counter()  # peer -> its held batches
         self._lock = threading.Lock()
         self._give_back = give_back
         self._consumed = consumed
+        self._unheld = unheld
 
-    def lend(self, peer: int, payloads: list) -> tuple[int, list]:
-        """The answer that hands ``payloads`` to the reader ``peer``."""
+    def lend(self, peer: int, payloads: list, held: bool = False) -> tuple[int, list]:
+        """The answer that hands ``payloads`` to the reader ``peer`` (``held``: a batch that
+        counts as held while more than the item its get returns is left)."""
         ticket = next(_tickets)
+        held = held and len(payloads) > 1
         with self._lock:
-            self._lent[ticket] = (peer, collections.deque(payloads))
+            self._lent[ticket] = (peer, collections.deque(payloads), held)
+            if held:
+                self._held[peer] += 1
         return ticket, payloads
+
+    def held_by(self, peer: int) -> int:
+        """How many held batches the reader ``peer`` has."""
+        with self._lock:
+            return self._held[peer]
+
+    def _forget(self, ticket: int) -> tuple[collections.deque, bool]:
+        """Batch ``ticket`` is done with (the lock is held): what is left of it, and whether
+        it was held."""
+        peer, left, held = self._lent.pop(ticket, (0, collections.deque(), False))
+        if held:
+            self._held[peer] -= 1
+            if not self._held[peer]:
+                del self._held[peer]
+        return left, held
 
     def confirm(self, ticket: int) -> None:
         """The reader consumed the next item of batch ``ticket``."""
+        held = False
         with self._lock:
             lent = self._lent.get(ticket)
             if lent is None:
                 return
             lent[1].popleft()
             if not lent[1]:
-                del self._lent[ticket]
+                held = self._forget(ticket)[1]
         self._consumed()
+        if held:
+            self._unheld()
 
     def give_back(self, tickets: list) -> None:
         """What is left of batches ``tickets`` goes back ahead of the lane."""
         with self._lock:
-            left = [(ticket, self._lent.pop(ticket, (0, ()))[1]) for ticket in tickets]
-        for ticket, payloads in left:
+            left = [(ticket, *self._forget(ticket)) for ticket in tickets]
+        for ticket, payloads, held in left:
             if payloads:
                 self._give_back(ticket, list(payloads))
+            if held:
+                self._unheld()
 
     def undo(self, answer: Any) -> None:
         """A call was withdrawn after it took ``answer`` (a lent batch): back it goes."""
@@ -91,7 +128,7 @@ class Lending:
     def peer_lost(self, peer: int) -> None:
         """The reader ``peer`` has gone: what it had not consumed goes back."""
         with self._lock:
-            tickets = [ticket for ticket, (owner, _) in self._lent.items() if owner == peer]
+            tickets = [ticket for ticket, (owner, _, _) in self._lent.items() if owner == peer]
         self.give_back(tickets)
 
 
@@ -150,7 +187,10 @@ class BatchReader:
                 return payload
             most = self._next_size()
         start = time.monotonic()
-        answer = self.ref.call("lane_get_many", most, block, timeout)
+        call = next(_calls)  # (a direct call: its thread writes and reads a link to the hub)
+        answer = direct.call(self.ref, "lane_get_many", most, block, timeout, call, interruptible=True,
+                             interrupted=("lane_withdraw", call), kept=self._hand_back,
+                             receipts=pending_receipts(self.ref.address))
         if isinstance(answer, queue.Empty):
             raise queue.Empty
         ticket, payloads = answer
@@ -163,6 +203,11 @@ class BatchReader:
                 self._used = came
                 self._hold_watch()
         return payloads[0]
+
+    def _hand_back(self, ok: bool, answer: Any) -> None:
+        """An interrupted get's answer, which came before its withdrawal: back it goes."""
+        if ok and type(answer) is tuple:
+            self.ref.call("lane_give_back", [answer[0]])
 
     def _next_size(self) -> int:
         """How many items to ask for, now that what was held is taken (the lock is held)."""

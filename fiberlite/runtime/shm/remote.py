@@ -134,11 +134,12 @@ def remote_users(arena: Arena) -> RemoteUsers:
 
 
 class _Wait:
-    __slots__ = ("peer", "cancelled", "done", "after")
+    __slots__ = ("peer", "cancelled", "answering", "done", "after")
 
     def __init__(self, peer: int) -> None:
         self.peer = peer
         self.cancelled = False
+        self.answering = False  # its answer is on its way (a withdrawal's waits for it)
         self.done = False
         self.after: list[Callable[[], None]] = []
 
@@ -273,20 +274,22 @@ class Waits:
         except Exception as exc:
             error = exc
         with self._lock:
+            wait.answering = not wait.cancelled
+        if wait.answering:
+            if error is not None:
+                request.fail(error)
+            else:
+                request.reply(result)
+        elif result is not NOT_YET and undo is not None:
+            try:
+                undo(result)
+            except Exception:  # the job's recovery gave it back first
+                pass
+        with self._lock:
             if self._waits.get(key) is wait:
                 del self._waits[key]
             wait.done = True
             after, wait.after = wait.after, []
-        if wait.cancelled:
-            if result is not NOT_YET and undo is not None:
-                try:
-                    undo(result)
-                except Exception:  # the job's recovery gave it back first
-                    pass
-        elif error is not None:
-            request.fail(error)
-        else:
-            request.reply(result)
         for call in after:
             call()
         self.released()  # what this call's attempt gave back
@@ -299,22 +302,24 @@ class Waits:
         """Whether the call ``key`` is still waiting (not withdrawn, not answered)."""
         return key in self._waits or key in self._parked
 
-    def cancel(self, key: Hashable, then: Callable[[], None] | None = None) -> bool:
+    def cancel(self, key: Hashable, then: Callable[[], None] | None = None, prompt: bool = False) -> bool:
         """Withdraw the call ``key``: whether it was still waiting. ``then`` is called once
-        its thread is done (at once if it is not waiting)."""
+        its thread is done (at once if it is not waiting); with ``prompt``, as soon as the
+        call will not be answered (its answer, if it was already on its way, first): what
+        its thread gets after that is given back with its ``undo``."""
         with self._lock:
             parked = self._parked.pop(key, None)
             wait = self._waits.pop(key, None)
             if wait is not None:
                 wait.cancelled = True
-                if then is not None and not wait.done:
+                if then is not None and not wait.done and (wait.answering or not prompt):
                     wait.after.append(then)
                     then = None
         if parked is not None:
             self._cancel_timer(parked)
         if then is not None:
             then()
-        return wait is not None or parked is not None
+        return (wait is not None and not wait.answering) or parked is not None
 
     def cancel_peer(self, peer: int) -> None:
         """Withdraw every call of the job ``peer`` (its connection ended)."""
