@@ -163,8 +163,8 @@ class QueueState:
         """How many items a reader of another machine (counted in READERS) may be lent:
         ``most`` while it is the queue's one reader (its batch then counts as held until
         :meth:`end_batch`), else one."""
-        if most <= 1:
-            return 1
+        if most <= 1 or self.counts[READERS] > 1:  # (a count that never grows back to 1
+            return 1                                 # but when a reader of another machine goes)
         with self.cond:
             if self.counts[READERS] > 1:
                 return 1
@@ -179,6 +179,8 @@ class QueueState:
 
     def wait_unheld(self, timeout: float | None, own: Callable[[], int] = lambda: 0) -> bool:
         """Wait until no batch is held but the caller's ``own()``: False after ``timeout``."""
+        if not self.counts[HELD]:  # (nearly always: a batch is lent to a sole reader only)
+            return True
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             while self.counts[HELD] > own():

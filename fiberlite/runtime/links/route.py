@@ -101,23 +101,12 @@ def poll(ref: ObjectRef, slot: Hashable, servant: Any, timeout: float | None) ->
             ready = servant.receive_local(slot, timeout, peek=True)
             if ready is not None:
                 return ready
-        ready = ref.wait("poll", slot, timeout, on_interrupt=_withdrawn(ref, slot))
+        ready = direct.call(ref, "poll", slot, timeout, interruptible=True, interrupted=("withdraw", slot),
+                            kept=_handed_back(ref, slot))
         if ready is not RETRY:
             return ready
         if deadline is not None:
             timeout = max(0.0, deadline - time.monotonic())
-
-
-def _withdrawn(ref: ObjectRef, slot: Hashable) -> Callable[[Callable[[], Any]], None]:
-    """What an interrupted read of ``slot`` through the hub does (Ctrl-C): the servant
-    answers it at once, and an item it was lent meanwhile goes back to the front, so that
-    an interruption neither loses an item nor keeps it from the next read."""
-    hand_back = _handed_back(ref, slot)
-
-    def withdraw(reply: Callable[[], Any]) -> None:
-        ref.call("withdraw", slot)
-        hand_back(*reply())
-    return withdraw
 
 
 def _handed_back(ref: ObjectRef, slot: Hashable) -> Callable[[bool, Any], None]:
