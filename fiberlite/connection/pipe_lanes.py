@@ -156,7 +156,10 @@ class ReadsThroughHub:
 
     def receive(self) -> Payload:
         if self.kept:
-            return self.kept.popleft()
+            try:
+                return self.kept.popleft()
+            except IndexError:  # (another thread of this process took it)
+                pass
         call = next(_calls)
         return direct.call(self.ref, "lane_receive", self.end, True, None, call, interruptible=True,
                            interrupted=("lane_withdraw", self.end, call), kept=self._keep)
