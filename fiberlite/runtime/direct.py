@@ -229,6 +229,8 @@ def call(ref: ObjectRef, method: str, *args: Any, interruptible: bool = False,
     channel.give_back(conn)
     if after > channel.handled:
         channel.answered(after)
+    if receipts:  # (handled before the call: the nng connection need not carry them too)
+        channel.client.drop_riders(receipts)
     if ok:
         return value
     raise value

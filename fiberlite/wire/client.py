@@ -338,6 +338,15 @@ class Client:
         """The riders kept so far, still kept (another path may carry a copy)."""
         return tuple(self._riders) if self._riders else ()
 
+    def drop_riders(self, delivered: tuple) -> None:
+        """Riders that :meth:`peek_riders` gave and another path delivered (its answer
+        came: they were handled) are no longer kept."""
+        if not delivered or not self._riders:
+            return
+        gone = {id(rider) for rider in delivered}  # (the same objects, alive in ``delivered``)
+        with self._lock:
+            self._riders = [rider for rider in self._riders if id(rider) not in gone]
+
     def take_riders(self, timed: bool = False) -> tuple:
         """The riders kept so far (to go with a message about to be sent), now forgotten."""
         if not (self._riders or timed):

@@ -84,3 +84,15 @@ def test_riders_with_nothing_to_carry_send_nothing(served):
     assert wait_for(1) == [("receipts", ("receipt",))]
     assert client.request(("after", ())) == (True, None)
     assert wait_for(2) == [("receipts", ("receipt",)), ("after", ())]
+
+
+def test_riders_delivered_by_another_path_are_not_sent_again(served):
+    """What a direct call carried and was answered for is dropped; a rider kept after
+    that call took its copy still goes with the next message."""
+    client, wait_for = served
+    client.ride("receipt 1")
+    carried = client.peek_riders()  # (a direct call's copy)
+    client.ride("receipt 2")
+    client.drop_riders(carried)
+    client.cast(Carrying(lambda riders: ("next", riders)))
+    assert wait_for(1) == [("next", ("receipt 2",))]
