@@ -103,9 +103,10 @@ def send_receipts(client: Client, timed: bool = True) -> None:
 
 
 def pending_receipts(address: str) -> tuple:
-    """The receipts waiting to go to ``address`` (kept for the next message as well): a
-    direct call carries them too, so that what the process was lent and took is the
-    process's before the call is handled (a receipt handled twice changes nothing)."""
+    """The receipts waiting to go to ``address`` (still kept): a direct call carries
+    them too, so that what the process was lent and took is the process's before the
+    call is handled, and drops them once answered (a receipt handled twice changes
+    nothing, should a later message carry it as well)."""
     client = _clients.get(address)
     return client.peek_riders() if client is not None else ()
 
