@@ -281,7 +281,7 @@ class QueueLane:
         """The next item's payload (``queue.Empty`` after ``timeout``, or at once): one
         given back ahead of the lane first."""
         if not self._reading:
-            self._start_reading(block, timeout)
+            timeout = self._start_reading(block, timeout)
         counts = self.state.counts
         if counts[FRONT]:
             payload = self._from_front(block, timeout)
@@ -311,15 +311,18 @@ class QueueLane:
                 return _loads(got) if type(got) is bytes else got.unpack()
         return self.get(block, timeout).unpack()
 
-    def _start_reading(self, block: bool, timeout: float | None) -> None:
+    def _start_reading(self, block: bool, timeout: float | None) -> float | None:
         """This process's first get: counted as a reader, it waits until no reader of
-        another machine holds a batch (``queue.Empty`` after ``timeout``)."""
+        another machine holds a batch (``queue.Empty`` after ``timeout``); what is left
+        of ``timeout``."""
         if not self._reader:
             self.state.reader_joins()
             self._reader = True
+        start = time.monotonic()
         if not self.state.wait_unheld(timeout if block else UNHELD_PATIENCE):
             raise queue.Empty
         self._reading = True
+        return None if timeout is None else max(0.0, timeout - (time.monotonic() - start))
 
     def _front_waits(self) -> bool:
         return bool(self.state.counts[FRONT]) and self.take_front is not None

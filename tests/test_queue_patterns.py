@@ -219,6 +219,26 @@ def test_a_reader_of_another_machine_gets_batches_and_what_it_did_not_take_comes
     p.join(30)
 
 
+def test_a_reader_that_comes_while_another_machine_s_reader_holds_a_batch_gets_the_oldest_item():
+    """The parent's first get, while the queue's one reader (of another machine) holds
+    items it was lent, waits for them to come back and returns the oldest of them, not
+    an item from behind them."""
+    total, taken = 2000, 300
+    q, out, done = fiberlite.Queue(), fiberlite.Queue(), fiberlite.Event()
+    for i in range(total):
+        q.put(i)
+    p = fiberlite.Process(target=pattern_jobs.remote_reader_holding, args=(dumps_bytes(q), taken, out, done))
+    p.start()
+    got, held = out.get(timeout=60)
+    assert got == list(range(taken))
+    assert held > 0, "the reader got no batch: nothing was tested"
+    rest = [q.get(timeout=30) for _ in range(total - taken)]
+    assert rest == list(range(taken, total)), "an item got from behind a held batch"
+    done.set()
+    p.join(60)
+    assert p.exitcode == 0
+
+
 @pytest.mark.parametrize("local", [0, 1])
 def test_readers_of_another_machine_that_stop_at_a_marker_leave_no_item_behind(local):
     """Four consumers (``local`` of them on the queue's machine, the others as processes

@@ -27,6 +27,19 @@ def get_until_none(q, out, joinable: bool = False) -> None:
     out.put(got)
 
 
+def remote_reader_holding(blob: bytes, count: int, out, done) -> None:
+    """As a process of another machine, the queue's one reader: get ``count`` items (in
+    batches), report them and how many more it holds, then wait for ``done`` while what
+    it holds goes back, not taken for half a second."""
+    from fiberlite.runtime.lanes import lending
+    fiberlite.init(share_machine=False)
+    lending.HOLD_SECONDS = 0.5
+    q = pickle.loads(blob)
+    got = [q.get(timeout=60) for _ in range(count)]
+    out.put((got, len(lending.reader(q._ref)._held)))
+    done.wait(60)
+
+
 def count_until_none(blob: bytes, out, remote: bool) -> None:
     """Get from the queue in ``blob`` until None (``remote``: as a process of another
     machine, through the creator's hub); report how many items came before it."""

@@ -1,8 +1,8 @@
 """Gets from a lane by a process of another machine: several items per call to the
 lane's creator, none lost when the reader dies.
 
-A process that cannot reach a queue's lane gets through the creator's hub, a direct call
-a get (:mod:`fiberlite.runtime.direct`; Ctrl-C withdraws it, and what it was lent
+A process that cannot reach a queue's lane gets through the creator's hub, each get a
+direct call (:mod:`fiberlite.runtime.direct`; Ctrl-C withdraws it, and what it was lent
 meanwhile goes back). One call per item would cost a round trip each, so while that
 process is the queue's one reader the hub hands it what is already in the lane, up to the
 number it asks for (at least one, waiting for it as a get would), and the reader keeps
